@@ -1,0 +1,134 @@
+"""What the ``vllm.general_plugins`` entry point installs, once per process.
+
+- our drafter model for the ``DFlashDraftModel`` architecture (vLLM's ModelRegistry);
+- our KV-injection backend as vLLM's CUSTOM attention backend;
+- our proposer in place of vLLM's native one, patched into the model runner when (and if)
+  that module is imported, so front-end processes never import it;
+- a pre-flight check of the drafter/target pair when the engine config is created, so a bad
+  pairing fails with one line before any engine process starts.
+
+``DFLASH_VLLM_NATIVE=1`` skips all of it: vLLM's built-in DFlash runs on the same weights.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import logging
+import os
+import sys
+
+from . import __version__
+
+logger = logging.getLogger("vllm.dflash_vllm")
+
+_RUNNER_MODULE = "vllm.v1.worker.gpu_model_runner"
+_done = False
+
+
+def native_requested() -> bool:
+    return os.environ.get("DFLASH_VLLM_NATIVE", "0") not in ("", "0", "false", "False")
+
+
+def register() -> None:
+    global _done
+    if _done:
+        return
+    _done = True
+    if native_requested():
+        logger.info("dflash-vllm %s: DFLASH_VLLM_NATIVE=1, vLLM's built-in DFlash stays in charge", __version__)
+        return
+
+    from vllm.model_executor.models.registry import ModelRegistry
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
+
+    ModelRegistry.register_model("DFlashDraftModel", "dflash_vllm.models.drafter:DFlashDrafterModel")
+    register_backend(AttentionBackendEnum.CUSTOM, "dflash_vllm.attention.backend.DFlashAttentionBackend")
+    _when_imported(_RUNNER_MODULE, _patch_runner)
+    _install_preflight()
+
+
+def _patch_runner(module) -> None:
+    from .proposers.dflash import DFlashProposer
+
+    if module.DFlashProposer is DFlashProposer:
+        return
+    module.DFlashProposer = DFlashProposer  # the runner constructs and isinstance-checks this name
+    from vllm.logger import init_logger
+
+    init_logger("vllm.dflash_vllm").info(
+        "dflash-vllm %s active: proposer dflash_vllm.proposers.dflash.DFlashProposer, "
+        "attention backend dflash_vllm.attention.backend.DFlashAttentionBackend (CUSTOM)",
+        __version__,
+    )
+
+
+def _install_preflight() -> None:
+    from vllm.engine.arg_utils import EngineArgs
+
+    original = EngineArgs.create_engine_config
+    if getattr(original, "_dflash_preflight", False):
+        return
+
+    def create_engine_config(self, *args, **kwargs):
+        config = original(self, *args, **kwargs)
+        preflight(config)
+        return config
+
+    create_engine_config._dflash_preflight = True  # type: ignore[attr-defined]
+    EngineArgs.create_engine_config = create_engine_config
+
+
+def preflight(vllm_config) -> None:
+    """Validate a dflash speculative config in the front-end; raises DFlashConfigError."""
+    spec = vllm_config.speculative_config
+    if spec is None or spec.method != "dflash":
+        return
+    from .config import DrafterConfig, validate_pair
+
+    model_config = vllm_config.model_config
+    target_hf = model_config.hf_text_config
+    validate_pair(
+        DrafterConfig.from_pretrained(spec.draft_model_config.model),
+        target_num_layers=target_hf.num_hidden_layers,
+        target_hidden_size=target_hf.hidden_size,
+        target_vocab_size=model_config.get_vocab_size(),
+        num_speculative_tokens=spec.num_speculative_tokens,
+        target_architectures=list(model_config.architectures),
+    )
+
+
+class _PatchAfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def __init__(self, name, callback):
+        self.name, self.callback, self._spec = name, callback, None
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != self.name or self._spec is not None:
+            return None
+        sys.meta_path.remove(self)
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            sys.meta_path.insert(0, self)
+        if spec is None:
+            return None
+        self._spec = spec
+        self._loader = spec.loader
+        spec.loader = self
+        return spec
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        self.callback(module)
+
+
+def _when_imported(name: str, callback) -> None:
+    if name in sys.modules:
+        callback(sys.modules[name])
+    else:
+        sys.meta_path.insert(0, _PatchAfterImport(name, callback))

@@ -1,0 +1,186 @@
+"""KV-injection attention for DFlash drafter layers (registered as vLLM's CUSTOM backend).
+
+Layout, per request: queries are the K+1 block positions ``[anchor, mask x K]``; keys and
+values are the drafter context (K/V projected from fused target features, in the paged
+cache) followed by the block's own K/V; no causal mask anywhere (bidirectional in the block,
+and every context position precedes the anchor).
+
+The block's K/V are never written to the cache: they are scratch for this one forward, and
+writing them would leave draft-derived K/V where only verified context may live.
+
+Per-layer cache view, as vLLM allocates it: ``[num_blocks, num_kv_heads, block_size, 2 * D]``
+with each token's K in ``[..., :D]`` and V in ``[..., D:]``. Indexing is stride-agnostic, so
+every KV cache layout vLLM may pick works.
+
+One implementation in plain PyTorch serves CPU (what CI runs) and CUDA (SDPA then dispatches
+to its fused kernels). Context gathering is done once per step in the metadata builder and
+shared by every drafter layer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+
+from vllm.v1.attention.backend import (
+    AttentionBackend,
+    AttentionImpl,
+    AttentionMetadataBuilder,
+    AttentionType,
+    CommonAttentionMetadata,
+    MultipleOf,
+)
+from vllm.v1.kv_cache_layout import KVCacheLayout
+
+BACKEND_NAME = "CUSTOM"
+
+
+def write_kv(kv_cache: torch.Tensor, key: torch.Tensor, value: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+    """Scatter key/value [N, nkv, D] into the paged cache at linear slots [N] (negative = skip)."""
+    if kv_cache.numel() == 0:  # not bound yet (profiling run)
+        return
+    valid = slot_mapping >= 0
+    if not bool(valid.all()):
+        slot_mapping, key, value = slot_mapping[valid], key[valid], value[valid]
+    block_size, d = kv_cache.shape[2], key.shape[-1]
+    blk, off = slot_mapping // block_size, slot_mapping % block_size
+    kv_cache[blk, :, off, :d] = key.to(kv_cache.dtype)
+    kv_cache[blk, :, off, d:] = value.to(kv_cache.dtype)
+
+
+@dataclass
+class DFlashAttentionMetadata:
+    num_reqs: int
+    num_actual_tokens: int
+    query_len: int  # K + 1, the same for every request in a step
+    ctx_block: torch.Tensor  # [num_reqs, max_ctx] physical block of each context position
+    ctx_offset: torch.Tensor  # [num_reqs, max_ctx] offset inside that block
+    key_mask: torch.Tensor  # [num_reqs, 1, 1, max_ctx + query_len] True = visible
+
+
+class DFlashAttentionMetadataBuilder(AttentionMetadataBuilder[DFlashAttentionMetadata]):
+    def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
+        super().__init__(kv_cache_spec, layer_names, vllm_config, device)
+        self.device = device
+
+    def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata, fast_build: bool = False):
+        # The runner builds metadata for every KV cache group on each target step; drafter
+        # layers do not run then, so there is nothing to prepare.
+        return None
+
+    def build_for_drafting(self, common_attn_metadata: CommonAttentionMetadata, draft_index: int):
+        """``seq_lens`` here are the *context* lengths (verified tokens), not context + block."""
+        cad = common_attn_metadata
+        num_reqs, num_tokens = cad.num_reqs, cad.num_actual_tokens
+        query_len = cad.max_query_len
+        if num_tokens != num_reqs * query_len:
+            raise ValueError("DFlash drafter attention expects the same block length for every request")
+        block_table = cad.block_table_tensor[:num_reqs]
+        max_ctx = max(1, int(cad.max_seq_len))
+        pos = torch.arange(max_ctx, device=block_table.device)
+        # Kernel blocks may be smaller than manager blocks; the table we get is in kernel units.
+        bs = self._kernel_block_size(self.kv_cache_spec.block_size)
+        col = (pos // bs).clamp_max(block_table.shape[1] - 1)
+        ctx_block = block_table[:, col]  # [num_reqs, max_ctx]
+        ctx_offset = (pos % bs).expand(num_reqs, -1)
+        seq_lens = cad.seq_lens[:num_reqs].to(block_table.device)
+        ctx_visible = pos[None, :] < seq_lens[:, None]
+        block_visible = torch.ones(num_reqs, query_len, dtype=torch.bool, device=block_table.device)
+        key_mask = torch.cat([ctx_visible, block_visible], dim=1)[:, None, None, :]
+        return DFlashAttentionMetadata(num_reqs, num_tokens, query_len, ctx_block, ctx_offset, key_mask)
+
+    def _kernel_block_size(self, default: int) -> int:
+        # The layer caches carry the kernel block size as their dim 2; read it from one.
+        from vllm.config import get_layers_from_vllm_config
+        from vllm.model_executor.layers.attention import Attention
+
+        if not hasattr(self, "_bs_cache"):
+            layers = get_layers_from_vllm_config(self.vllm_config, Attention, self.layer_names)
+            caches = [l.kv_cache for l in layers.values() if isinstance(l.kv_cache, torch.Tensor) and l.kv_cache.dim() == 4]
+            if not caches:
+                return default
+            self._bs_cache = caches[0].shape[2]
+        return self._bs_cache
+
+
+class DFlashAttentionImpl(AttentionImpl):
+    def __init__(
+        self,
+        num_heads: int,
+        head_size: int,
+        scale: float,
+        num_kv_heads: int,
+        alibi_slopes=None,
+        sliding_window=None,
+        kv_cache_dtype: str = "auto",
+        logits_soft_cap=None,
+        attn_type: str = AttentionType.DECODER,
+        kv_sharing_target_layer_name=None,
+        **kwargs,
+    ):
+        if alibi_slopes is not None or sliding_window is not None or logits_soft_cap:
+            raise NotImplementedError("DFlash drafter attention supports no ALiBi, sliding window or soft-cap")
+        self.num_heads, self.head_size, self.scale, self.num_kv_heads = num_heads, head_size, float(scale), num_kv_heads
+        self.kv_cache_dtype = kv_cache_dtype
+        self.attn_type = attn_type
+        self.kv_sharing_target_layer_name = None
+
+    def forward(self, layer, query, key, value, kv_cache, attn_metadata, output, output_scale=None, output_block_scale=None):
+        if attn_metadata is None:  # profiling / warm-up
+            return output
+        md: DFlashAttentionMetadata = attn_metadata
+        b, q_len, d = md.num_reqs, md.query_len, self.head_size
+        n = md.num_actual_tokens
+        q = query[:n].reshape(b, q_len, self.num_heads, d).transpose(1, 2)
+        blk_k = key[:n].reshape(b, q_len, self.num_kv_heads, d)
+        blk_v = value[:n].reshape(b, q_len, self.num_kv_heads, d)
+        ctx = kv_cache[md.ctx_block, :, md.ctx_offset]  # [b, max_ctx, nkv, 2D]
+        k = torch.cat([ctx[..., :d].to(q.dtype), blk_k], dim=1).transpose(1, 2)
+        v = torch.cat([ctx[..., d:].to(q.dtype), blk_v], dim=1).transpose(1, 2)
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=md.key_mask, scale=self.scale, enable_gqa=self.num_heads != self.num_kv_heads
+        )
+        output[:n].view(n, -1).copy_(out.transpose(1, 2).reshape(n, -1))
+        return output
+
+
+class DFlashAttentionBackend(AttentionBackend):
+    forward_includes_kv_cache_update: bool = True  # the block's K/V stay out of the cache
+
+    supported_dtypes: ClassVar[list[torch.dtype]] = [torch.float16, torch.bfloat16, torch.float32]
+    supported_kv_cache_dtypes: ClassVar[list] = ["auto", "float16", "bfloat16", "float32"]
+
+    @staticmethod
+    def get_name() -> str:
+        return BACKEND_NAME
+
+    @staticmethod
+    def get_impl_cls():
+        return DFlashAttentionImpl
+
+    @staticmethod
+    def get_builder_cls():
+        return DFlashAttentionMetadataBuilder
+
+    @staticmethod
+    def get_supported_kernel_block_sizes(kv_cache_spec=None):
+        return [MultipleOf(1)]
+
+    @classmethod
+    def get_supported_head_sizes(cls) -> list[int]:
+        return []  # any
+
+    @classmethod
+    def supports_head_size(cls, head_size: int) -> bool:
+        return head_size % 2 == 0
+
+    @classmethod
+    def supported_kv_cache_layouts(cls) -> tuple[KVCacheLayout, ...]:
+        return tuple(KVCacheLayout)
+
+    @classmethod
+    def supports_non_causal(cls) -> bool:
+        return True

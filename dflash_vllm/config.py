@@ -1,0 +1,226 @@
+"""The on-disk DFlash drafter format and the checks that run before an engine starts.
+
+The format is the published one (z-lab checkpoints): ``config.json`` with
+``architectures: ["DFlashDraftModel"]``, a Qwen3/LLaMA-shaped body, ``block_size``,
+``num_target_layers`` and ``dflash_config: {target_layer_ids, mask_token_id}``; weights in
+``model.safetensors`` named ``layers.N.self_attn.{q,k,v,o}_proj``, ``fc``, ``hidden_norm``,
+``norm``. No embedding and no LM head: both are the target's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+DRAFTER_ARCHITECTURES = ("DFlashDraftModel",)
+SUPPORTED_MODEL_TYPES = ("qwen3", "llama")
+
+
+class DFlashConfigError(ValueError):
+    """A drafter/target pairing that cannot work. The message is one line naming the fix."""
+
+
+def default_target_layer_ids(num_target_layers: int, num_draft_layers: int) -> list[int]:
+    """Spread uniformly from layer 1 to L-3, as the published checkpoints do."""
+    if num_draft_layers == 1:
+        return [num_target_layers // 2]
+    start, end = 1, max(1, num_target_layers - 3)
+    span = end - start
+    return [round(start + i * span / (num_draft_layers - 1)) for i in range(num_draft_layers)]
+
+
+@dataclass
+class DrafterConfig:
+    """Everything the drafter needs, read from its ``config.json``."""
+
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 1_000_000.0
+    max_position_embeddings: int = 40960
+    block_size: int = 16
+    num_target_layers: int = 0
+    target_layer_ids: list[int] = field(default_factory=list)
+    mask_token_id: int = 0
+    model_type: str = "qwen3"
+    attention_bias: bool = False
+    # Where it came from; not part of the architecture.
+    path: str | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_dict(cls, cfg: dict[str, Any], path: str | None = None) -> "DrafterConfig":
+        where = f"drafter config {path}/config.json" if path else "drafter config"
+        archs = cfg.get("architectures") or []
+        if not any(a in DRAFTER_ARCHITECTURES for a in archs):
+            raise DFlashConfigError(
+                f"{where}: architectures is {archs}, expected ['DFlashDraftModel']; "
+                "point the speculative config's 'model' at a DFlash drafter directory"
+            )
+        model_type = cfg.get("model_type", "qwen3")
+        if model_type not in SUPPORTED_MODEL_TYPES:
+            raise DFlashConfigError(
+                f"{where}: model_type {model_type!r} is not supported; use one of "
+                f"{list(SUPPORTED_MODEL_TYPES)}"
+            )
+        missing = [
+            k
+            for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
+            if k not in cfg
+        ]
+        if missing:
+            raise DFlashConfigError(f"{where}: missing keys {missing}; re-export the drafter with them")
+        dcfg = cfg.get("dflash_config") or {}
+        n_layers = int(cfg["num_hidden_layers"])
+        num_target_layers = int(cfg.get("num_target_layers", 0))
+        layer_ids = dcfg.get("target_layer_ids", cfg.get("target_layer_ids"))
+        if layer_ids is None:
+            if not num_target_layers:
+                raise DFlashConfigError(
+                    f"{where}: neither dflash_config.target_layer_ids nor num_target_layers is set; "
+                    "add dflash_config.target_layer_ids"
+                )
+            layer_ids = default_target_layer_ids(num_target_layers, n_layers)
+        mask_token_id = dcfg.get("mask_token_id", cfg.get("mask_token_id"))
+        if mask_token_id is None:
+            raise DFlashConfigError(f"{where}: dflash_config.mask_token_id is missing; add it")
+        n_heads = int(cfg["num_attention_heads"])
+        rope_theta = cfg.get("rope_theta")
+        if rope_theta is None:
+            rope_theta = (cfg.get("rope_parameters") or {}).get("rope_theta", 1_000_000.0)
+        return cls(
+            hidden_size=int(cfg["hidden_size"]),
+            num_hidden_layers=n_layers,
+            num_attention_heads=n_heads,
+            num_key_value_heads=int(cfg.get("num_key_value_heads", n_heads)),
+            head_dim=int(cfg.get("head_dim") or cfg["hidden_size"] // n_heads),
+            intermediate_size=int(cfg["intermediate_size"]),
+            vocab_size=int(cfg["vocab_size"]),
+            rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+            rope_theta=float(rope_theta),
+            max_position_embeddings=int(cfg.get("max_position_embeddings", 40960)),
+            block_size=int(dcfg.get("block_size", cfg.get("block_size", 16))),
+            num_target_layers=num_target_layers,
+            target_layer_ids=[int(i) for i in layer_ids],
+            mask_token_id=int(mask_token_id),
+            model_type=model_type,
+            attention_bias=bool(cfg.get("attention_bias", False)),
+            path=path,
+            raw=dict(cfg),
+        )
+
+    @classmethod
+    def from_pretrained(cls, path: str) -> "DrafterConfig":
+        if not os.path.isdir(path):
+            raise DFlashConfigError(
+                f"drafter directory {path!r} does not exist; set the speculative config's "
+                "'model' to a local DFlash drafter directory (config.json + model.safetensors)"
+            )
+        cfg_path = os.path.join(path, "config.json")
+        if not os.path.isfile(cfg_path):
+            raise DFlashConfigError(f"drafter directory {path!r} has no config.json; it is not a DFlash drafter")
+        try:
+            with open(cfg_path) as f:
+                cfg = json.load(f)
+        except json.JSONDecodeError as e:
+            raise DFlashConfigError(f"{cfg_path} is not valid JSON ({e.msg} at line {e.lineno}); fix or re-export it") from None
+        if not any(n.endswith(".safetensors") or n.endswith(".bin") for n in os.listdir(path)):
+            raise DFlashConfigError(f"drafter directory {path!r} has no weights (*.safetensors); copy the weights there")
+        return cls.from_dict(cfg, path=path)
+
+    def to_hf_dict(self) -> dict[str, Any]:
+        """A config.json in the published format, loadable by vLLM's native DFlash and `dflash`."""
+        out = {k: v for k, v in self.raw.items()}
+        out.update(
+            architectures=["DFlashDraftModel"],
+            model_type=self.model_type,
+            hidden_size=self.hidden_size,
+            num_hidden_layers=self.num_hidden_layers,
+            num_attention_heads=self.num_attention_heads,
+            num_key_value_heads=self.num_key_value_heads,
+            head_dim=self.head_dim,
+            intermediate_size=self.intermediate_size,
+            vocab_size=self.vocab_size,
+            rms_norm_eps=self.rms_norm_eps,
+            rope_theta=self.rope_theta,
+            max_position_embeddings=self.max_position_embeddings,
+            hidden_act="silu",
+            attention_bias=self.attention_bias,
+            attention_dropout=0.0,
+            tie_word_embeddings=False,
+            block_size=self.block_size,
+            num_target_layers=self.num_target_layers,
+            dflash_config={
+                **(self.raw.get("dflash_config") or {}),
+                "target_layer_ids": list(self.target_layer_ids),
+                "mask_token_id": self.mask_token_id,
+            },
+        )
+        out.pop("rope_parameters", None)
+        return out
+
+
+# Target architectures whose vLLM implementation can hand out intermediate hidden states
+# (they implement SupportsEagle3.set_aux_hidden_state_layers).
+def target_exposes_hidden_states(architectures: list[str]) -> bool:
+    try:
+        from vllm.model_executor.models import ModelRegistry
+        from vllm.model_executor.models.interfaces import supports_eagle3
+
+        for arch in architectures:
+            cls = ModelRegistry._try_load_model_cls(arch)  # noqa: SLF001 - registry has no public getter
+            if cls is not None and supports_eagle3(cls):
+                return True
+        return False
+    except Exception:  # vLLM absent (training machine): do not block on this check
+        return True
+
+
+def validate_pair(
+    drafter: DrafterConfig,
+    *,
+    target_num_layers: int,
+    target_hidden_size: int,
+    target_vocab_size: int,
+    num_speculative_tokens: int | None,
+    target_architectures: list[str] | None = None,
+) -> None:
+    """Raise DFlashConfigError (one line, naming the fix) for a pairing that cannot work."""
+    if drafter.vocab_size != target_vocab_size:
+        raise DFlashConfigError(
+            f"drafter vocab_size {drafter.vocab_size} != target vocab_size {target_vocab_size}; "
+            "the drafter shares the target's embedding and LM head, so use a drafter trained for this target"
+        )
+    if drafter.hidden_size != target_hidden_size:
+        raise DFlashConfigError(
+            f"drafter hidden_size {drafter.hidden_size} != target hidden_size {target_hidden_size}; "
+            "use a drafter trained for this target"
+        )
+    bad = [i for i in drafter.target_layer_ids if not 0 <= i < target_num_layers]
+    if bad:
+        raise DFlashConfigError(
+            f"dflash_config.target_layer_ids {drafter.target_layer_ids} has {bad} outside the target's "
+            f"layers 0..{target_num_layers - 1}; use a drafter trained for this target"
+        )
+    if not 0 <= drafter.mask_token_id < target_vocab_size:
+        raise DFlashConfigError(
+            f"dflash_config.mask_token_id {drafter.mask_token_id} is outside the vocab [0, {target_vocab_size}); "
+            "fix mask_token_id in the drafter's config.json"
+        )
+    if num_speculative_tokens is not None and not 1 <= num_speculative_tokens <= drafter.block_size - 1:
+        raise DFlashConfigError(
+            f"num_speculative_tokens={num_speculative_tokens} but this drafter was trained with block_size "
+            f"{drafter.block_size}; set num_speculative_tokens between 1 and {drafter.block_size - 1}"
+        )
+    if target_architectures is not None and not target_exposes_hidden_states(target_architectures):
+        raise DFlashConfigError(
+            f"target architecture {target_architectures} cannot expose intermediate hidden states in vLLM "
+            "(it does not implement SupportsEagle3); DFlash needs a Qwen3/LLaMA-style target"
+        )

@@ -1,0 +1,174 @@
+"""The DFlash drafter in plain PyTorch: used by training and by the reference loop.
+
+No vLLM imports here. Parameter names equal the published checkpoint names, so a state dict
+saved from this module is a drafter that vLLM (ours or native) and the `dflash` package load.
+
+Shapes: B batch, Q query (block) positions, C context positions, H hidden size.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import DrafterConfig
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype):
+    """NeoX-style (rotate-half) RoPE tables for integer positions [..., N] -> [..., N, head_dim]."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim))
+    freqs = positions.float()[..., None] * inv_freq
+    emb = torch.cat([freqs, freqs], dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    # x: [B, heads, N, D]; cos/sin: [B, N, D]
+    cos, sin = cos[:, None], sin[:, None]
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+
+
+class DrafterAttention(nn.Module):
+    def __init__(self, cfg: DrafterConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        bias = cfg.attention_bias
+        self.q_proj = nn.Linear(cfg.hidden_size, self.num_heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(cfg.hidden_size, self.num_kv_heads * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(cfg.hidden_size, self.num_kv_heads * self.head_dim, bias=bias)
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, cfg.hidden_size, bias=bias)
+        self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+        self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+
+    def context_kv(self, ctx: torch.Tensor, ctx_cos, ctx_sin):
+        """K/V injected from fused target features: [B, C, H] -> 2 x [B, kv_heads, C, D]."""
+        b, c, _ = ctx.shape
+        k = self.k_norm(self.k_proj(ctx).view(b, c, self.num_kv_heads, self.head_dim)).transpose(1, 2)
+        v = self.v_proj(ctx).view(b, c, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        return apply_rope(k, ctx_cos, ctx_sin), v
+
+    def forward(self, x, cos, sin, ctx_k, ctx_v, mask):
+        b, q_len, _ = x.shape
+        q = self.q_norm(self.q_proj(x).view(b, q_len, self.num_heads, self.head_dim)).transpose(1, 2)
+        k = self.k_norm(self.k_proj(x).view(b, q_len, self.num_kv_heads, self.head_dim)).transpose(1, 2)
+        v = self.v_proj(x).view(b, q_len, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        k = torch.cat([ctx_k, k], dim=2)  # keys: context first, then the block
+        v = torch.cat([ctx_v, v], dim=2)
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, enable_gqa=self.num_heads != self.num_kv_heads
+        )
+        return self.o_proj(out.transpose(1, 2).reshape(b, q_len, -1))
+
+
+class DrafterMLP(nn.Module):
+    def __init__(self, cfg: DrafterConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DrafterLayer(nn.Module):
+    def __init__(self, cfg: DrafterConfig):
+        super().__init__()
+        self.self_attn = DrafterAttention(cfg)
+        self.mlp = DrafterMLP(cfg)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+
+class DFlashDrafter(nn.Module):
+    """fc + hidden_norm fuse target features; every layer attends to them as extra K/V.
+
+    ``inject_every_layer=False`` is the input-fusion ablation (EAGLE-3 style): the fused
+    features are K/V of the first layer only. It is not a published format.
+    """
+
+    def __init__(self, cfg: DrafterConfig, inject_every_layer: bool = True):
+        super().__init__()
+        self.cfg = cfg
+        self.inject_every_layer = inject_every_layer
+        self.layers = nn.ModuleList([DrafterLayer(cfg) for _ in range(cfg.num_hidden_layers)])
+        self.fc = nn.Linear(len(cfg.target_layer_ids) * cfg.hidden_size, cfg.hidden_size, bias=False)
+        self.hidden_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def fuse(self, target_features: torch.Tensor) -> torch.Tensor:
+        """[..., n_layers * H] concatenated target hidden states -> [..., H] (eq. 9)."""
+        return self.hidden_norm(self.fc(target_features))
+
+    def forward(
+        self,
+        noise_embeds: torch.Tensor,  # [B, Q, H] target embeddings of [anchor, mask, ...]
+        positions: torch.Tensor,  # [B, Q]
+        ctx: torch.Tensor,  # [B, C, H] fused target features
+        ctx_positions: torch.Tensor,  # [B, C]
+        mask: torch.Tensor | None = None,  # [B or 1, 1, Q, C + Q] bool, True = visible
+    ) -> torch.Tensor:
+        dtype = noise_embeds.dtype
+        cos, sin = rope_cos_sin(positions, self.cfg.head_dim, self.cfg.rope_theta, dtype)
+        ccos, csin = rope_cos_sin(ctx_positions, self.cfg.head_dim, self.cfg.rope_theta, dtype)
+        h = noise_embeds
+        for i, layer in enumerate(self.layers):
+            attn = layer.self_attn
+            if self.inject_every_layer or i == 0:
+                ctx_k, ctx_v = attn.context_kv(ctx, ccos, csin)
+                layer_mask = mask
+            else:  # ablation: no target context below the first layer
+                ctx_k = ctx_v = noise_embeds.new_zeros(h.shape[0], attn.num_kv_heads, 0, attn.head_dim)
+                layer_mask = None if mask is None else mask[..., ctx.shape[1]:]
+            h = h + attn(layer.input_layernorm(h), cos, sin, ctx_k, ctx_v, layer_mask)
+            h = h + layer.mlp(layer.post_attention_layernorm(h))
+        return self.norm(h)
+
+    # -- persistence in the published format -------------------------------------------
+    @classmethod
+    def from_pretrained(cls, path: str, dtype: torch.dtype = torch.float32) -> "DFlashDrafter":
+        from safetensors.torch import load_file
+
+        cfg = DrafterConfig.from_pretrained(path)
+        model = cls(cfg)
+        state = {}
+        for name in sorted(os.listdir(path)):
+            if name.endswith(".safetensors"):
+                state.update(load_file(os.path.join(path, name)))
+        state = {k.removeprefix("model."): v for k, v in state.items()}
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        if missing:
+            raise ValueError(f"drafter weights in {path} lack {missing[:4]}...; the checkpoint is incomplete")
+        return model.to(dtype)
+
+    def save_pretrained(self, path: str, extra_config: dict | None = None) -> None:
+        from safetensors.torch import save_file
+
+        os.makedirs(path, exist_ok=True)
+        cfg = self.cfg.to_hf_dict()
+        cfg["torch_dtype"] = str(next(self.parameters()).dtype).removeprefix("torch.")
+        cfg.update(extra_config or {})
+        with open(os.path.join(path, "config.json"), "w") as f:
+            json.dump(cfg, f, indent=2)
+        state = {k: v.detach().contiguous() for k, v in self.state_dict().items()}
+        save_file(state, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
