@@ -26,7 +26,9 @@ def default_target_layer_ids(num_target_layers: int, num_draft_layers: int) -> l
     """Spread uniformly from layer 1 to L-3, as the published checkpoints do."""
     if num_draft_layers == 1:
         return [num_target_layers // 2]
-    start, end = 1, max(1, num_target_layers - 3)
+    start, end = 1, num_target_layers - 3
+    if end - start < num_draft_layers - 1:  # shallow targets: spread over every layer instead
+        start, end = 0, num_target_layers - 1
     span = end - start
     return [round(start + i * span / (num_draft_layers - 1)) for i in range(num_draft_layers)]
 

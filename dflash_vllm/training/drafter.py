@@ -1,0 +1,266 @@
+"""Train a DFlash drafter for any HF causal-LM target (paper Algorithm 2, eq. 12).
+
+No vLLM here: data comes from `regen.py` (the target's own responses, generated through
+vLLM) as jsonl lines ``{"prompt_ids": [...], "response_ids": [...]}``.
+
+One training example is a whole sequence: its fused target features are the context, and
+`num_anchors` blocks ``[clean anchor, mask x (B-1)]`` at random response positions are the
+queries, all in one forward with one sparse mask:
+- block j sees context positions strictly before its anchor a_j (at serving time the anchor
+  is the token just sampled: its own hidden state does not exist yet);
+- block j sees all of its own positions (bidirectional) and nothing of any other block.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+
+from ..config import DrafterConfig, default_target_layer_ids
+from ..modeling import DFlashDrafter
+
+# Loss decay per block size (paper appendix): w_k = exp(-(k-1)/lambda).
+DEFAULT_LAMBDA = {16: 7.0, 10: 5.0, 8: 4.0}
+
+
+@dataclass
+class Recipe:
+    """The training recipe; saved beside the checkpoint."""
+
+    block_size: int = 16
+    num_draft_layers: int = 2
+    num_anchors: int = 16  # blocks per sequence per step
+    decay: float | None = None  # lambda; None = paper default for the block size; 0 = uniform
+    random_anchors: bool = True  # False: fixed block boundaries (ablation)
+    inject_every_layer: bool = True  # False: input-only fusion (ablation)
+    lr: float = 6e-4
+    warmup_ratio: float = 0.04
+    grad_clip: float = 1.0
+    weight_decay: float = 0.0
+    epochs: float = 1.0
+    batch_size: int = 8
+    seed: int = 0
+    target_layer_ids: list[int] | None = None
+
+
+def loss_weights(block_size: int, decay: float | None) -> torch.Tensor:
+    """[B-1] weights for mask positions k = 1..B-1."""
+    lam = DEFAULT_LAMBDA.get(block_size, block_size / 2.0) if decay is None else decay
+    k = torch.arange(1, block_size, dtype=torch.float32)
+    return torch.ones_like(k) if lam == 0 else torch.exp(-(k - 1) / lam)
+
+
+def target_features(target, input_ids: torch.Tensor, layer_ids: list[int], attention_mask=None) -> torch.Tensor:
+    """[B, T, n * H] hidden states *output by* each selected layer (HF hidden_states[i + 1])."""
+    with torch.no_grad():
+        out = target(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
+    return torch.cat([out.hidden_states[i + 1] for i in layer_ids], dim=-1)
+
+
+def pick_anchors(prompt_len: int, length: int, n: int, block_size: int, rng: random.Random, random_anchors: bool) -> list[int]:
+    """Anchor positions inside the response: [prompt_len, length - 2] (each predicts >= 1 token)."""
+    lo, hi = prompt_len, length - 2
+    if hi < lo:
+        return []
+    if random_anchors:
+        span = list(range(lo, hi + 1))
+        return sorted(rng.sample(span, min(n, len(span))))
+    starts = list(range(lo, hi + 1, block_size))  # fixed boundaries, as in plain block diffusion
+    return sorted(rng.sample(starts, min(n, len(starts))))
+
+
+def build_block_inputs(tokens: torch.Tensor, anchors_per_seq: list[list[int]], block_size: int, mask_token_id: int, seq_lens: list[int]):
+    """Queries, positions, labels and the sparse mask for a padded batch.
+
+    tokens [B, T]. Returns block_ids [B, A*bs], positions [B, A*bs], labels [B, A*bs]
+    (-100 where unused), mask [B, 1, A*bs, T + A*bs] (True = visible).
+    """
+    b, t = tokens.shape
+    a = max(1, max(len(x) for x in anchors_per_seq))
+    q = a * block_size
+    block_ids = torch.full((b, q), mask_token_id, dtype=torch.long)
+    positions = torch.zeros(b, q, dtype=torch.long)
+    labels = torch.full((b, q), -100, dtype=torch.long)
+    mask = torch.zeros(b, 1, q, t + q, dtype=torch.bool)
+    offs = torch.arange(block_size)
+    for i, anchors in enumerate(anchors_per_seq):
+        for j, anc in enumerate(anchors):
+            s = j * block_size
+            block_ids[i, s] = tokens[i, anc]
+            positions[i, s : s + block_size] = anc + offs
+            tgt = anc + offs[1:]
+            ok = tgt < seq_lens[i]
+            labels[i, s + 1 : s + block_size][ok] = tokens[i, tgt[ok]]
+            mask[i, 0, s : s + block_size, :anc] = True  # context strictly before the anchor
+            mask[i, 0, s : s + block_size, t + s : t + s + block_size] = True  # own block only
+        for j in range(len(anchors), a):  # unused blocks: see themselves, so softmax is defined
+            s = j * block_size
+            mask[i, 0, s : s + block_size, t + s : t + s + block_size] = True
+    return block_ids, positions, labels, mask
+
+
+def drafter_loss(drafter, embed, lm_head, feats, tokens, anchors_per_seq, seq_lens, weights):
+    """Weighted CE over mask positions (eq. 12). Returns (loss, per-position accuracy [B-1])."""
+    cfg = drafter.cfg
+    bs = weights.numel() + 1
+    block_ids, positions, labels, mask = build_block_inputs(tokens, anchors_per_seq, bs, cfg.mask_token_id, seq_lens)
+    b, t = tokens.shape
+    ctx = drafter.fuse(feats)
+    ctx_pos = torch.arange(t)[None].expand(b, -1)
+    hidden = drafter(embed(block_ids), positions, ctx, ctx_pos, mask)
+    logits = lm_head(hidden).float()  # [B, A*bs, V]
+    a = labels.shape[1] // bs
+    logits = logits.view(b, a, bs, -1)[:, :, 1:]
+    labels = labels.view(b, a, bs)[:, :, 1:]
+    ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100, reduction="none")
+    ce = ce.view(b, a, bs - 1)
+    valid = (labels != -100).float()
+    w = weights.view(1, 1, -1) * valid
+    loss = (ce * w).sum() / w.sum().clamp_min(1e-6)
+    correct = ((logits.argmax(-1) == labels).float() * valid).sum((0, 1)) / valid.sum((0, 1)).clamp_min(1)
+    return loss, correct
+
+
+def new_drafter_config(target_cfg, recipe: Recipe, mask_token_id: int) -> DrafterConfig:
+    t = target_cfg
+    n_layers = t.num_hidden_layers
+    layer_ids = recipe.target_layer_ids or default_target_layer_ids(n_layers, recipe.num_draft_layers)
+    rope_theta = getattr(t, "rope_theta", None) or (getattr(t, "rope_parameters", None) or {}).get("rope_theta", 1e6)
+    return DrafterConfig(
+        hidden_size=t.hidden_size, num_hidden_layers=recipe.num_draft_layers, num_attention_heads=t.num_attention_heads,
+        num_key_value_heads=t.num_key_value_heads, head_dim=getattr(t, "head_dim", None) or t.hidden_size // t.num_attention_heads,
+        intermediate_size=t.intermediate_size, vocab_size=t.vocab_size, rms_norm_eps=t.rms_norm_eps,
+        rope_theta=float(rope_theta), max_position_embeddings=t.max_position_embeddings, block_size=recipe.block_size,
+        num_target_layers=n_layers, target_layer_ids=list(layer_ids), mask_token_id=mask_token_id,
+        model_type=t.model_type if t.model_type in ("qwen3", "llama") else "qwen3",
+    )
+
+
+def load_examples(path: str) -> list[dict]:
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def train(target_path: str, data_path: str, out: str, recipe: Recipe, mask_token_id: int | None = None,
+          max_steps: int | None = None, progress: bool = True, threads: int = 0) -> dict:
+    """Train and save a drafter in the published format; returns the training record."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if threads:
+        torch.set_num_threads(threads)
+    torch.manual_seed(recipe.seed)
+    rng = random.Random(recipe.seed)
+    target = AutoModelForCausalLM.from_pretrained(target_path, torch_dtype=torch.float32).eval()
+    for p in target.parameters():
+        p.requires_grad_(False)
+    if mask_token_id is None:
+        tok = AutoTokenizer.from_pretrained(target_path)
+        mask_token_id = tok.convert_tokens_to_ids("<|mask|>") if "<|mask|>" in tok.get_vocab() else tok.pad_token_id
+    cfg = new_drafter_config(target.config, recipe, mask_token_id)
+    drafter = DFlashDrafter(cfg, inject_every_layer=recipe.inject_every_layer)
+    embed, lm_head = target.get_input_embeddings(), target.get_output_embeddings()
+    examples = load_examples(data_path)
+    steps_per_epoch = math.ceil(len(examples) / recipe.batch_size)
+    total = max_steps or max(1, int(steps_per_epoch * recipe.epochs))
+    warm = max(1, int(recipe.warmup_ratio * total))
+    opt = torch.optim.AdamW(drafter.parameters(), lr=recipe.lr, weight_decay=recipe.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: (s + 1) / warm if s < warm else 0.5 * (1 + math.cos(math.pi * (s - warm) / max(1, total - warm)))
+    )
+    weights = loss_weights(recipe.block_size, recipe.decay)
+    state_path = os.path.join(out, "train_state.pt")
+    step, losses, accs = 0, [], []
+    os.makedirs(out, exist_ok=True)
+    if os.path.exists(state_path):  # resume
+        s = torch.load(state_path, weights_only=False)
+        drafter.load_state_dict(s["drafter"]), opt.load_state_dict(s["opt"]), sched.load_state_dict(s["sched"])
+        step, losses, accs, rng_state = s["step"], s["losses"], s["accs"], s["rng"]
+        rng.setstate(rng_state)
+        torch.set_rng_state(s["torch_rng"])
+    order: list[int] = []
+    t0 = time.time()
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=total, initial=step, desc="drafter", dynamic_ncols=True)
+    drafter.train()
+    while step < total:
+        if not order:
+            order = list(range(len(examples)))
+            rng.shuffle(order)
+        batch = [examples[order.pop()] for _ in range(min(recipe.batch_size, len(order)))]
+        seqs = [ex["prompt_ids"] + ex["response_ids"] for ex in batch]
+        lens = [len(s) for s in seqs]
+        t_max = max(lens)
+        tokens = torch.tensor([s + [0] * (t_max - len(s)) for s in seqs])
+        attn = torch.tensor([[1] * n + [0] * (t_max - n) for n in lens])
+        feats = target_features(target, tokens, cfg.target_layer_ids, attn)
+        anchors = [pick_anchors(len(ex["prompt_ids"]), n, recipe.num_anchors, recipe.block_size, rng, recipe.random_anchors)
+                   for ex, n in zip(batch, lens)]
+        loss, acc = drafter_loss(drafter, embed, lm_head, feats, tokens, anchors, lens, weights)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(drafter.parameters(), recipe.grad_clip)
+        opt.step()
+        sched.step()
+        step += 1
+        losses.append(round(loss.item(), 4))
+        accs.append([round(x, 3) for x in acc.tolist()])
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss.item():.3f}", acc1=f"{acc[0].item():.2f}")
+        if step % 200 == 0 or step == total:
+            torch.save({"drafter": drafter.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(), "step": step,
+                        "losses": losses, "accs": accs, "rng": rng.getstate(), "torch_rng": torch.get_rng_state()}, state_path)
+    if bar is not None:
+        bar.close()
+    import transformers
+
+    record = {
+        "recipe": asdict(recipe), "target": os.path.abspath(target_path), "data": os.path.abspath(data_path),
+        "num_examples": len(examples), "steps": step, "seconds": round(time.time() - t0, 1),
+        "final_loss_mean_last_50": round(sum(losses[-50:]) / max(1, len(losses[-50:])), 4),
+        "position_accuracy_last_50": [round(sum(a[k] for a in accs[-50:]) / max(1, len(accs[-50:])), 3) for k in range(recipe.block_size - 1)],
+        "loss_curve_every_20": losses[::20],
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+    }
+    drafter.save_pretrained(out, extra_config={"dflash_vllm_training": {"recipe": asdict(recipe), "steps": step}})
+    with open(os.path.join(out, "training_record.json"), "w") as f:
+        json.dump(record, f, indent=1)
+    os.remove(state_path)
+    return record
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="dflash-vllm train", description="Train a DFlash drafter (paper recipe).")
+    ap.add_argument("--target", required=True, help="HF target model directory")
+    ap.add_argument("--data", required=True, help="jsonl from `dflash-vllm regen` (prompt_ids, response_ids)")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--max-steps", type=int, default=None)
+    ap.add_argument("--mask-token-id", type=int, default=None)
+    ap.add_argument("--threads", type=int, default=0)
+    for name, field in Recipe.__dataclass_fields__.items():
+        default = field.default
+        if name == "target_layer_ids":
+            ap.add_argument("--target-layer-ids", type=lambda s: [int(x) for x in s.split(",")], default=None)
+        elif isinstance(default, bool):
+            ap.add_argument(f"--{name.replace('_', '-')}", type=lambda s: s.lower() in ("1", "true", "yes"), default=default)
+        else:
+            ap.add_argument(f"--{name.replace('_', '-')}", type=type(default) if default is not None else float, default=default)
+    args = ap.parse_args(argv)
+    recipe = Recipe(**{k: getattr(args, k) for k in Recipe.__dataclass_fields__})
+    record = train(args.target, args.data, args.out, recipe, args.mask_token_id, args.max_steps, threads=args.threads)
+    print(json.dumps({k: v for k, v in record.items() if k != "loss_curve_every_20"}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

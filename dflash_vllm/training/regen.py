@@ -1,0 +1,67 @@
+"""Target-aligned training data: the target answers the prompts itself, through vLLM, in batches.
+
+Prompts come from a ``.jsonl`` file (``{"prompt": ...}`` or ``{"messages": [...]}`` per line)
+or a text file (one prompt per line). Chat templates are applied when the tokenizer has one.
+Writes jsonl ``{"prompt_ids": [...], "response_ids": [...]}`` for `dflash-vllm train`.
+The only vLLM import in `dflash_vllm.training`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+
+def read_prompts(path: str) -> list:
+    with open(path) as f:
+        if path.endswith(".jsonl"):
+            rows = [json.loads(line) for line in f if line.strip()]
+            return [r.get("messages") or r["prompt"] for r in rows]
+        return [line.rstrip("\n").replace("\\n", "\n") for line in f if line.strip()]
+
+
+def regenerate(target: str, prompts: list, out: str, max_tokens: int = 256, temperature: float = 0.0,
+               seed: int = 0, **llm_kwargs) -> int:
+    from transformers import AutoTokenizer
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    tok = AutoTokenizer.from_pretrained(target)
+    ids = []
+    for p in prompts:
+        if tok.chat_template:
+            msgs = p if isinstance(p, list) else [{"role": "user", "content": p}]
+            ids.append(tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True))
+        else:
+            ids.append(tok(p)["input_ids"])
+    ids = [list(x["input_ids"]) if isinstance(x, dict) or hasattr(x, "keys") else list(x) for x in ids]
+    llm_kwargs.setdefault("gpu_memory_utilization", 0.3)
+    llm_kwargs.setdefault("dtype", "float32")
+    llm = LLM(model=target, seed=seed, **llm_kwargs)
+    params = SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=seed if temperature > 0 else None)
+    outs = llm.generate([TokensPrompt(prompt_token_ids=x) for x in ids], params)
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out, "w") as f:
+        for x, o in zip(ids, outs):
+            f.write(json.dumps({"prompt_ids": x, "response_ids": list(o.outputs[0].token_ids)}) + "\n")
+    return len(outs)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="dflash-vllm regen", description=__doc__)
+    ap.add_argument("--target", required=True)
+    ap.add_argument("--prompts", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--max-tokens", type=int, default=256)
+    ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--max-model-len", type=int, default=2048)
+    args = ap.parse_args(argv)
+    n = regenerate(args.target, read_prompts(args.prompts), args.out, args.max_tokens, args.temperature, args.seed,
+                   max_model_len=args.max_model_len)
+    print(f"wrote {n} target responses to {args.out}")
+
+
+if __name__ == "__main__":
+    main()
