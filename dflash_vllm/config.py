@@ -120,11 +120,7 @@ class DrafterConfig:
 
     @classmethod
     def from_pretrained(cls, path: str) -> "DrafterConfig":
-        if not os.path.isdir(path):
-            raise DFlashConfigError(
-                f"drafter directory {path!r} does not exist; set the speculative config's "
-                "'model' to a local DFlash drafter directory (config.json + model.safetensors)"
-            )
+        path = resolve_drafter_path(path)
         cfg_path = os.path.join(path, "config.json")
         if not os.path.isfile(cfg_path):
             raise DFlashConfigError(f"drafter directory {path!r} has no config.json; it is not a DFlash drafter")
@@ -167,6 +163,24 @@ class DrafterConfig:
         )
         out.pop("rope_parameters", None)
         return out
+
+
+def resolve_drafter_path(path: str) -> str:
+    """A local directory as is; a Hugging Face repo id (org/name) through the local HF cache or hub."""
+    if os.path.isdir(path):
+        return path
+    looks_like_repo = path.count("/") == 1 and not path.startswith((".", "/", "~"))
+    if looks_like_repo:
+        try:
+            from huggingface_hub import snapshot_download
+
+            return snapshot_download(path, allow_patterns=["*.json", "*.safetensors", "*.pt"])
+        except Exception:  # offline, private, or no such repo: fall through to the one-line error
+            pass
+    raise DFlashConfigError(
+        f"drafter directory {path!r} does not exist; set the speculative config's 'model' to a DFlash "
+        "drafter directory (config.json + model.safetensors) or a reachable Hugging Face repo id"
+    )
 
 
 # Target architectures whose vLLM implementation can hand out intermediate hidden states

@@ -73,7 +73,7 @@ def run_job(job: dict) -> dict:
                     "accepted_per_step": list(m.per_step_accepted) if m is not None else None,
                     "drafted_per_step": list(m.per_step_drafted) if m is not None else None,
                 }
-        steps.append({"seconds": dt, "num_running": n_running, "new_tokens": new_tokens})
+        steps.append({"seconds": dt, "num_unfinished": n_running, "new_tokens": new_tokens})
         step += 1
         if step > 100_000:
             raise RuntimeError("harness: the workload did not finish")
@@ -115,7 +115,8 @@ def run_job_subprocess(job: dict, timeout: float = 900, env: dict | None = None)
             raise RuntimeError(f"harness job failed (exit {proc.returncode}):\n{tail}")
         with open(out_path) as f:
             out = json.load(f)
-        out["log"] = proc.stdout[-20000:] + proc.stderr[-20000:]
+        log = proc.stdout + proc.stderr
+        out["log"] = log if len(log) < 60_000 else log[:30_000] + "\n...\n" + log[-30_000:]
         return out
 
 

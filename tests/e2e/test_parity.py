@@ -1,0 +1,98 @@
+"""At batch 1, on identical weights, the per-step accepted-draft counts of our proposer equal
+those of vLLM's native DFlash, of our reference loop, and of `dflash_generate` from the PyPI
+`dflash` package, over 16 prompts, with a drafter whose acceptance is neither zero nor full."""
+
+import random
+import time
+
+import pytest
+import torch
+
+from dflash_vllm.harness import run_job_subprocess
+
+pytestmark = pytest.mark.e2e
+K = 7
+MAX_TOKENS = 48
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    r = random.Random(7)
+    return [[r.randrange(3, 510) for _ in range(r.randint(4, 60))] for _ in range(16)]
+
+
+@pytest.fixture(scope="module")
+def engine_runs(tiny_dir, trained_tiny_drafter, prompts):
+    job = {
+        "model": str(tiny_dir / "target"),
+        "speculative_config": {"method": "dflash", "model": trained_tiny_drafter, "num_speculative_tokens": K},
+        "engine": {"max_num_seqs": 1},
+        "requests": [{"prompt_token_ids": p, "max_tokens": MAX_TOKENS} for p in prompts],
+    }
+    return {name: run_job_subprocess(dict(job, native=name == "native")) for name in ("ours", "native")}
+
+
+@pytest.fixture(scope="module")
+def oracle_runs(tiny_dir, trained_tiny_drafter, prompts):
+    import dflash.model as official
+    from transformers import AutoModelForCausalLM
+
+    from dflash_vllm.modeling import DFlashDrafter
+    from dflash_vllm.reference import generate
+
+    target = AutoModelForCausalLM.from_pretrained(str(tiny_dir / "target"), dtype=torch.float32).eval()
+    ours = DFlashDrafter.from_pretrained(trained_tiny_drafter).eval()
+    theirs = official.DFlashDraftModel.from_pretrained(trained_tiny_drafter, dtype=torch.float32).eval()
+    official._cuda_time = time.perf_counter  # its stats timer calls torch.cuda.synchronize
+    ref, pkg = [], []
+    for p in prompts:
+        res = generate(target, ours, p, MAX_TOKENS, num_speculative_tokens=K)
+        ref.append((res.token_ids, res.accepted))
+        o = official.dflash_generate(theirs, target, torch.tensor([p]), MAX_TOKENS, None, block_size=K + 1, return_stats=True)
+        pkg.append((o.output_ids[0, len(p):].tolist(), [n - 1 for n in o.acceptance_lengths]))
+    return {"reference": ref, "dflash_generate": pkg}
+
+
+def _compare(name, i, got, want):
+    # The last verify step can be cut short by max_tokens differently in each implementation.
+    assert got[:-1] == want[:-1], (
+        f"prompt {i}: accepted-per-step of {name} differs at step "
+        f"{next(j for j, (a, b) in enumerate(zip(got, want)) if a != b)}: {got} vs {want}"
+    )
+
+
+def test_acceptance_is_neither_zero_nor_full(engine_runs):
+    acc = [x for o in engine_runs["ours"]["outputs"] for x in o["accepted_per_step"]]
+    assert 0 < sum(acc) < K * len(acc), f"acceptance {sum(acc)}/{K * len(acc)}"
+
+
+def test_ours_equals_native(engine_runs):
+    assert "DFLASH_VLLM_NATIVE=1" in engine_runs["native"]["log"]
+    for i, (a, b) in enumerate(zip(engine_runs["ours"]["outputs"], engine_runs["native"]["outputs"])):
+        assert a["token_ids"] == b["token_ids"], f"prompt {i}: outputs differ"
+        assert a["accepted_per_step"] == b["accepted_per_step"], (
+            f"prompt {i}: ours {a['accepted_per_step']} vs native {b['accepted_per_step']}")
+
+
+def _full_steps(accepted: list[int]) -> int:
+    """Steps that verified a whole K+1 block: `dflash_generate` shrinks the block near max_tokens."""
+    produced, n = 1, 0
+    for a in accepted:
+        if produced > MAX_TOKENS - K:
+            break
+        produced, n = produced + a + 1, n + 1
+    return n
+
+
+@pytest.mark.parametrize("oracle", ["reference", "dflash_generate"])
+def test_ours_equals_oracles(engine_runs, oracle_runs, oracle):
+    for i, (o, (tokens, accepted)) in enumerate(zip(engine_runs["ours"]["outputs"], oracle_runs[oracle])):
+        assert o["token_ids"] == tokens[:MAX_TOKENS], f"prompt {i}: tokens differ from {oracle}"
+        if oracle == "reference":
+            assert len(o["accepted_per_step"]) == len(accepted), f"prompt {i}: step counts differ from {oracle}"
+            _compare(oracle, i, o["accepted_per_step"], accepted)
+        else:
+            n = _full_steps(accepted)
+            assert n >= 3
+            assert o["accepted_per_step"][:n] == accepted[:n], (
+                f"prompt {i}: ours {o['accepted_per_step'][:n]} vs {oracle} {accepted[:n]}")
