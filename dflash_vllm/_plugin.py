@@ -4,6 +4,7 @@
 - our KV-injection backend as vLLM's CUSTOM attention backend;
 - our proposer in place of vLLM's native one, patched into the model runner when (and if)
   that module is imported, so front-end processes never import it;
+- a fix for vLLM 0.32's CPU rejection-sampler ``expand_kernel`` (see fixes/cpu_expand.py);
 - a pre-flight check of the drafter/target pair when the engine config is created, so a bad
   pairing fails with one line before any engine process starts.
 
@@ -43,6 +44,7 @@ def register() -> None:
     ModelRegistry.register_model("DFlashDraftModel", "dflash_vllm.models.drafter:DFlashDrafterModel")
     register_backend(AttentionBackendEnum.CUSTOM, "dflash_vllm.attention.backend.DFlashAttentionBackend")
     _when_imported(_RUNNER_MODULE, _patch_runner)
+    _when_imported("vllm.utils.cpu_triton_utils", _patch_cpu_kernels)
     _install_preflight(validate=True)
 
 
@@ -66,6 +68,12 @@ def _patch_runner(module) -> None:
         "attention backend dflash_vllm.attention.backend.DFlashAttentionBackend (CUSTOM)",
         __version__,
     )
+
+
+def _patch_cpu_kernels(module) -> None:
+    from .fixes import cpu_expand
+
+    cpu_expand.install(module)
 
 
 def _install_preflight(validate: bool) -> None:

@@ -33,6 +33,9 @@ def run_job(job: dict) -> dict:
     spec = job.get("speculative_config")
     if spec:
         engine_kwargs["per_request_spec_decode_metrics"] = "detailed"
+    for module in job.get("preload", []):  # e.g. a test's deliberately broken sampler
+        __import__(module)
+    timers = _install_step_timers() if job.get("profile") else None
     t_start = time.perf_counter()
     llm = LLM(model=job["model"], speculative_config=spec, **engine_kwargs)
     startup_s = time.perf_counter() - t_start
@@ -55,6 +58,8 @@ def run_job(job: dict) -> dict:
             )
             engine.add_request(str(i), TokensPrompt(prompt_token_ids=r["prompt_token_ids"]), params)
             emitted[i] = 0
+        if timers is not None:
+            timers.clear()
         t0 = time.perf_counter()
         outs = engine.step()
         dt = time.perf_counter() - t0
@@ -73,12 +78,38 @@ def run_job(job: dict) -> dict:
                     "accepted_per_step": list(m.per_step_accepted) if m is not None else None,
                     "drafted_per_step": list(m.per_step_drafted) if m is not None else None,
                 }
-        steps.append({"seconds": dt, "num_unfinished": n_running, "new_tokens": new_tokens})
+        steps.append({"seconds": dt, "num_unfinished": n_running, "new_tokens": new_tokens, **(dict(timers) if timers else {})})
         step += 1
         if step > 100_000:
             raise RuntimeError("harness: the workload did not finish")
     return {"outputs": [results[i] for i in range(len(reqs))], "steps": steps, "startup_seconds": startup_s,
             "num_preemptions": preemptions[0] if preemptions is not None else None}
+
+
+def _install_step_timers() -> dict:
+    """Split each engine step into target forward / draft / the rest (engine core in-process).
+
+    verify_s: GPUModelRunner.execute_model (the target forward over the verified block);
+    draft_s: propose_draft_token_ids (whichever proposer: ours or native);
+    sample_s: sample_tokens minus draft_s (sampling, rejection sampling, bookkeeping).
+    """
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    acc: dict[str, float] = {}
+
+    def timed(name, fn):
+        def wrapper(*args, **kwargs):
+            t = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                acc[name] = acc.get(name, 0.0) + time.perf_counter() - t
+        return wrapper
+
+    GPUModelRunner.execute_model = timed("verify_s", GPUModelRunner.execute_model)
+    GPUModelRunner.sample_tokens = timed("sample_and_draft_s", GPUModelRunner.sample_tokens)
+    GPUModelRunner.propose_draft_token_ids = timed("draft_s", GPUModelRunner.propose_draft_token_ids)
+    return acc
 
 
 def _count_preemptions(engine) -> list[int] | None:

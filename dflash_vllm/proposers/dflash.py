@@ -118,6 +118,32 @@ class DFlashProposer(SpecDecodeBaseProposer):
             self._last_draft_probs = draft_probs.view(num_reqs, k, -1)
         return draft_ids.view(num_reqs, k)
 
+    def _sample_draft_tokens(self, hidden_states: torch.Tensor, sampling_metadata):
+        """Drafts and their law q: greedy rows take the argmax (q unused: vLLM compares argmaxes);
+        sampled rows draw from q = softmax(top-k/top-p(logits / T)), the request's own
+        processing, so q puts no mass where the target's p cannot (higher acceptance than
+        temperature-only q, same exactness). Seeded requests draw with their own generator,
+        which makes them reproducible run to run with speculation on."""
+        if not self._enable_probabilistic_draft_probs or sampling_metadata.all_greedy:
+            return self.model.compute_logits(hidden_states).argmax(dim=-1), None
+        from vllm.v1.sample.ops.topk_topp_sampler import apply_top_k_top_p
+
+        logits = self.model.compute_logits(hidden_states).float()  # [num_reqs * K, V]
+        k = logits.shape[0] // sampling_metadata.temperature.shape[0]
+        temperature = sampling_metadata.temperature.repeat_interleave(k)
+        greedy = temperature < 1e-5
+        logits = logits / torch.where(greedy, 1.0, temperature)[:, None]
+        top_k = None if sampling_metadata.top_k is None else sampling_metadata.top_k.repeat_interleave(k)
+        top_p = None if sampling_metadata.top_p is None else sampling_metadata.top_p.repeat_interleave(k)
+        q = apply_top_k_top_p(logits, top_k, top_p).softmax(dim=-1)
+        # Exponential race: argmax(q / E), E ~ Exp(1), is a draw from q.
+        noise = torch.empty_like(q).exponential_()
+        for req_idx, gen in sampling_metadata.generators.items():
+            noise[req_idx * k : (req_idx + 1) * k].exponential_(generator=gen)
+        drafts = (q / noise).argmax(dim=-1)
+        drafts = torch.where(greedy, q.argmax(dim=-1), drafts)
+        return drafts, q
+
     @torch.inference_mode()
     def dummy_run(self, num_tokens: int, use_cudagraphs: bool = True, is_graph_capturing: bool = False, slot_mappings=None) -> None:
         """Memory profiling: the context projection at full width, one block forward."""
