@@ -18,6 +18,29 @@ from torch import nn
 from .config import DrafterConfig
 
 
+def target_layer_outputs(target, input_ids: torch.Tensor, layer_ids: list[int], attention_mask=None):
+    """Run a HF causal LM; return (logits, [B, T, n * H] outputs of the selected decoder layers).
+
+    Captured with hooks on the decoder layers, i.e. the residual stream *after* layer i, which
+    is what vLLM hands the drafter (its aux hidden state i + 1). Not HF's
+    ``hidden_states[i + 1]``: for the last layer HF returns the *final-normed* state, and a
+    drafter trained on that is fed un-normed features by vLLM; nothing errors, acceptance
+    just drops.
+    """
+    layers = target.model.layers
+    captured: dict[int, torch.Tensor] = {}
+    hooks = [
+        layers[i].register_forward_hook(lambda mod, args, out, i=i: captured.__setitem__(i, out[0] if isinstance(out, tuple) else out))
+        for i in sorted(set(layer_ids))
+    ]
+    try:
+        out = target(input_ids=input_ids, attention_mask=attention_mask)
+    finally:
+        for h in hooks:
+            h.remove()
+    return out.logits, torch.cat([captured[i] for i in layer_ids], dim=-1)
+
+
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float):
         super().__init__()

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .modeling import DFlashDrafter
+from .modeling import DFlashDrafter, target_layer_outputs
 
 
 def sampling_probs(logits: torch.Tensor, temperature: float, top_p: float = 1.0, top_k: int = 0) -> torch.Tensor:
@@ -67,9 +67,8 @@ def generate(
     greedy = temperature == 0.0
 
     def target_pass(ids):
-        out = target(torch.tensor([ids]), output_hidden_states=True)
-        feats = torch.cat([out.hidden_states[i + 1] for i in layer_ids], dim=-1)  # output of layer i
-        return out.logits[0], feats
+        logits, feats = target_layer_outputs(target, torch.tensor([ids]), layer_ids)
+        return logits[0], feats
 
     def pick(probs_or_logits):
         if greedy:
@@ -109,6 +108,8 @@ def generate(
         res.accepted.append(len(new) - 1)
         tokens += new
         feats = feats[:, : n + len(new) - 1]  # only verified tokens become context
+        if any(t in stop_token_ids for t in new):
+            break
     out = tokens[len(prompt) :][:max_new_tokens]
     for i, t in enumerate(out):
         if t in stop_token_ids:

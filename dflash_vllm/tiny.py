@@ -94,6 +94,6 @@ def make_trained_tiny_drafter(target_path: str, out_dir: str, *, steps: int = 30
     with open(os.path.join(target_path, "config.json")) as f:
         vocab = json.load(f)["vocab_size"]
     recipe = Recipe(block_size=16, num_draft_layers=1, num_anchors=8, batch_size=8, lr=2e-3, seed=seed,
-                    target_layer_ids=[0, 2])
+                    target_layer_ids=[1, 3])  # includes the last layer: pre-norm features must match vLLM
     train(target_path, data, out_dir, recipe, mask_token_id=vocab - 1, max_steps=steps, progress=False)
     return out_dir

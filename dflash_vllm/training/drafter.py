@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from ..config import DrafterConfig, default_target_layer_ids
-from ..modeling import DFlashDrafter
+from ..modeling import DFlashDrafter, target_layer_outputs
 
 # Loss decay per block size (paper appendix): w_k = exp(-(k-1)/lambda).
 DEFAULT_LAMBDA = {16: 7.0, 10: 5.0, 8: 4.0}
@@ -59,10 +59,9 @@ def loss_weights(block_size: int, decay: float | None) -> torch.Tensor:
 
 
 def target_features(target, input_ids: torch.Tensor, layer_ids: list[int], attention_mask=None) -> torch.Tensor:
-    """[B, T, n * H] hidden states *output by* each selected layer (HF hidden_states[i + 1])."""
+    """[B, T, n * H] outputs of the selected target layers, exactly as vLLM hands them over."""
     with torch.no_grad():
-        out = target(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
-    return torch.cat([out.hidden_states[i + 1] for i in layer_ids], dim=-1)
+        return target_layer_outputs(target, input_ids, layer_ids, attention_mask)[1]
 
 
 def pick_anchors(prompt_len: int, length: int, n: int, block_size: int, rng: random.Random, random_anchors: bool) -> list[int]:

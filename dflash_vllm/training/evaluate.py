@@ -15,7 +15,7 @@ from .tasks import distinct_ngram_ratio, loop_fraction, make_samples
 
 
 def evaluate(target: str, drafter: str | None, num_prompts: int = 64, k: int = 15, max_tokens: int = 160,
-             native: bool = False) -> dict:
+             native: bool = False, max_num_seqs: int = 32) -> dict:
     from transformers import AutoTokenizer
 
     from ..harness import run_job_subprocess
@@ -27,7 +27,7 @@ def evaluate(target: str, drafter: str | None, num_prompts: int = 64, k: int = 1
     reqs = [{"prompt_token_ids": x, "max_tokens": max_tokens, "ignore_eos": False} for x in ids]
     spec = {"method": "dflash", "model": drafter, "num_speculative_tokens": k} if drafter else None
     out = run_job_subprocess({"model": target, "speculative_config": spec, "native": native, "requests": reqs,
-                              "engine": {"skip_tokenizer_init": False}})
+                              "engine": {"skip_tokenizer_init": False, "max_num_seqs": max_num_seqs}})
     outs = [o["token_ids"] for o in out["outputs"]]
     texts = [tok.decode(o, skip_special_tokens=True) for o in outs]
     report = {
@@ -41,7 +41,8 @@ def evaluate(target: str, drafter: str | None, num_prompts: int = 64, k: int = 1
     if drafter:
         accepted = [a for o in out["outputs"] for a in o["accepted_per_step"]]
         hist = [accepted.count(j) for j in range(k + 1)]
-        report.update(k=k, tau=round(1 + sum(accepted) / max(1, len(accepted)), 3), accept_histogram=hist)
+        report.update(k=k, tau=round(1 + sum(accepted) / max(1, len(accepted)), 3), accept_histogram=hist,
+                      accepted_per_request=[o["accepted_per_step"] for o in out["outputs"]])
     report["per_request_outputs"] = outs
     return report
 
@@ -53,9 +54,11 @@ def main(argv=None):
     ap.add_argument("--k", type=int, default=15)
     ap.add_argument("--num-prompts", type=int, default=64)
     ap.add_argument("--native", action="store_true")
+    ap.add_argument("--max-num-seqs", type=int, default=32, help="1 = batch 1")
     args = ap.parse_args(argv)
-    r = evaluate(args.target, args.drafter, args.num_prompts, args.k, native=args.native)
+    r = evaluate(args.target, args.drafter, args.num_prompts, args.k, native=args.native, max_num_seqs=args.max_num_seqs)
     r.pop("per_request_outputs")
+    r.pop("accepted_per_request", None)
     print(json.dumps(r, indent=1))
 
 

@@ -71,3 +71,23 @@ def test_greedy_identical_to_no_speculation(tiny_dir, trained_tiny_drafter, work
     assert stopped, "no request ended on its stop token"
     assert out["num_preemptions"] and out["num_preemptions"] > 0, "the KV cache never forced a preemption"
     assert baseline["num_preemptions"] is not None
+
+
+def test_drafter_that_never_agrees_changes_nothing(tiny_dir, workload, baseline, tmp_path):
+    """Zeroed final norm: every mask slot's logits are 0, so every draft is token 0."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    d = tmp_path / "never"
+    shutil.copytree(tiny_dir / "drafter", d)
+    w = load_file(str(d / "model.safetensors"))
+    w["norm.weight"].zero_()
+    save_file(w, str(d / "model.safetensors"))
+    assert all(0 not in o["token_ids"] for o in baseline["outputs"]), "token 0 occurs in the target's output"
+    spec = {"method": "dflash", "model": str(d), "num_speculative_tokens": 7}
+    out = run_job_subprocess({"model": str(tiny_dir / "target"), "speculative_config": spec, "engine": ENGINE,
+                              "requests": workload})
+    for i, (a, b) in enumerate(zip(out["outputs"], baseline["outputs"])):
+        assert a["token_ids"] == b["token_ids"], f"request {i}: {first_divergence(a['token_ids'], b['token_ids'])}"
+    assert sum(x for o in out["outputs"] for x in (o["accepted_per_step"] or [])) == 0
