@@ -99,7 +99,7 @@ class DFlashProposer(SpecDecodeBaseProposer):
         query_start_loc = self.arange[: num_reqs + 1] * q_len
         block_cad = CommonAttentionMetadata(
             query_start_loc=query_start_loc,
-            query_start_loc_cpu=query_start_loc.cpu(),
+            query_start_loc_cpu=torch.from_numpy(self.token_arange_np[: num_reqs + 1] * q_len),  # no device sync
             seq_lens=ctx_lens,  # our backend reads these as context lengths
             num_reqs=num_reqs,
             num_actual_tokens=num_reqs * q_len,
