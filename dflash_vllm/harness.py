@@ -77,6 +77,8 @@ def run_job(job: dict) -> dict:
                     "finish_reason": c.finish_reason,
                     "accepted_per_step": list(m.per_step_accepted) if m is not None else None,
                     "drafted_per_step": list(m.per_step_drafted) if m is not None else None,
+                    "logprobs": None if c.logprobs is None else [
+                        float(lp[t].logprob) for lp, t in zip(c.logprobs, c.token_ids)],
                 }
         steps.append({"seconds": dt, "num_unfinished": n_running, "new_tokens": new_tokens, **(dict(timers) if timers else {})})
         step += 1

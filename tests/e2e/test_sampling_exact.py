@@ -153,3 +153,52 @@ def test_broken_sampler_is_caught(small_pair, exact_marginals):
     rejected, pvals = rejects(samples, marginals, 64)
     print(f"broken sampler: N={n} p-values={pvals}")
     assert rejected, f"a sampler that resamples from p passed the exactness test (p-values {pvals})"
+
+
+def test_mixed_batch_greedy_and_sampled(small_pair, exact_marginals):
+    """Greedy and sampled requests share batches: greedy ones still follow the argmax, the
+    sampled ones still follow the exact law (same G-test as above)."""
+    marginals = exact_marginals["t0.7"]
+    n, _ = sample_size(marginals)
+    spec = {"method": "dflash", "model": str(small_pair / "drafter"), "num_speculative_tokens": K,
+            "draft_sample_method": "probabilistic"}
+    reqs = []
+    for i in range(n):
+        reqs.append({"prompt_token_ids": PROMPT, "max_tokens": 3, "temperature": 0.7})
+        if i % 8 == 0:
+            reqs.append({"prompt_token_ids": PROMPT, "max_tokens": 3, "temperature": 0.0})
+    out = run_job_subprocess({"model": str(small_pair / "target"), "speculative_config": spec, "requests": reqs,
+                              "engine": {"max_num_seqs": 256, "max_model_len": 64}}, timeout=1500)
+    greedy = [o["token_ids"] for r, o in zip(reqs, out["outputs"]) if r["temperature"] == 0.0]
+    sampled = np.array([o["token_ids"] for r, o in zip(reqs, out["outputs"]) if r["temperature"] > 0])
+    argmax = [int(np.argmax(m)) for m in exact_marginals["t0.7"][:1]]
+    assert all(g == greedy[0] for g in greedy), "greedy requests disagree with each other in a mixed batch"
+    assert greedy[0][0] == argmax[0], "a greedy request did not take the target's argmax"
+    rejected, pvals = rejects(sampled, marginals, 64)
+    assert not rejected, f"sampled requests in mixed batches deviate from the exact law: p-values {pvals}"
+
+
+def test_seeded_requests_reproducible_and_logprobs_are_the_targets(small_pair):
+    spec = {"method": "dflash", "model": str(small_pair / "drafter"), "num_speculative_tokens": K,
+            "draft_sample_method": "probabilistic"}
+    r = random.Random(5)
+    reqs = [{"prompt_token_ids": [r.randrange(3, 60) for _ in range(8)], "max_tokens": 24, "temperature": 1.0,
+             "seed": i, "logprobs": 0} for i in range(24)]
+    job = {"model": str(small_pair / "target"), "speculative_config": spec, "requests": reqs,
+           "engine": {"max_num_seqs": 8, "max_model_len": 64}}
+    # Different engine seeds: only the per-request seeds can make the two runs agree.
+    a = run_job_subprocess(job)
+    b = run_job_subprocess(dict(job, engine=dict(job["engine"], seed=1234)))
+    assert [o["token_ids"] for o in a["outputs"]] == [o["token_ids"] for o in b["outputs"]], "seeded runs differ"
+    # Logprobs returned with speculation are the target's: recompute them with the target itself.
+    from transformers import AutoModelForCausalLM
+
+    target = AutoModelForCausalLM.from_pretrained(str(small_pair / "target"), dtype=torch.float32).eval()
+    for req, o in zip(reqs[:8], a["outputs"][:8]):
+        ids = torch.tensor([req["prompt_token_ids"] + o["token_ids"]])
+        with torch.no_grad():
+            logp = target(ids).logits[0].float().log_softmax(-1)
+        n = len(req["prompt_token_ids"])
+        want = [logp[n - 1 + j, t].item() for j, t in enumerate(o["token_ids"])]
+        got = o["logprobs"]
+        assert got is not None and max(abs(x - y) for x, y in zip(got, want)) < 1e-3, (got[:4], want[:4])
