@@ -1,0 +1,87 @@
+"""Small-scale ablations in the spirit of the paper's Tables 7, 9 and 13, on the demo target.
+
+    .venv/bin/python bench/ablations.py [--steps 500]   # ~25 min on 2 cores
+
+Every variant is trained with the same data (the demo target's own answers to 6,000 task
+prompts), seed and step budget, then measured with the reference loop (greedy, 64 held-out
+prompts): tau at K = 15, or K = 7 for the 8-block rows. The reference loop is used (not vLLM)
+because the input-fusion variant is not a published format vLLM can load.
+Writes bench/results/ablations.json and prints a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+VARIANTS = {  # name: (recipe overrides, serving K values)
+    "baseline (KV in every layer, random anchors, decayed loss, B=16)": ({}, [15, 7]),
+    "input-only fusion (target K/V in layer 1 only)": ({"inject_every_layer": False}, [15]),
+    "fixed block boundaries": ({"random_anchors": False}, [15]),
+    "uniform loss weights": ({"decay": 0.0}, [15]),
+    "trained at B=8": ({"block_size": 8}, [7, 15]),
+}
+
+
+def tau_reference(target, drafter, tok, k: int, n: int = 64) -> float:
+    from dflash_vllm.reference import generate
+    from dflash_vllm.training.tasks import make_samples
+
+    acc = []
+    for s in make_samples(n, seed=101):
+        ids = list(tok.apply_chat_template([{"role": "user", "content": s.prompt}], add_generation_prompt=True,
+                                           tokenize=True, return_dict=False))
+        acc += generate(target, drafter, ids, 160, num_speculative_tokens=k, stop_token_ids=(tok.eos_token_id,)).accepted
+    return 1 + sum(acc) / len(acc)
+
+
+def main(argv=None):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from dflash_vllm.config import DrafterConfig
+    from dflash_vllm.modeling import DFlashDrafter
+    from dflash_vllm.training.drafter import Recipe, train
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=500)
+    ap.add_argument("--data", default="/tmp/dflash-demo/regen.jsonl", help="from deploy/demo/make_demo.sh step 2")
+    ap.add_argument("--work", default="/tmp/dflash-ablations")
+    args = ap.parse_args(argv)
+    target_dir = os.path.join(REPO, "deploy/demo/target")
+    tok = AutoTokenizer.from_pretrained(target_dir)
+    target = AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.float32).eval()
+    rows = []
+    for name, (overrides, ks) in VARIANTS.items():
+        out = os.path.join(args.work, name.split(" ")[0] + "_" + str(abs(hash(name)) % 10_000))
+        recipe = Recipe(block_size=16, num_draft_layers=2, num_anchors=16, batch_size=16, seed=0,
+                        target_layer_ids=[0, 1, 2, 3], **overrides)
+        if not os.path.exists(os.path.join(out, "config.json")):
+            record = train(target_dir, args.data, out, recipe, max_steps=args.steps, progress=False, threads=2)
+        else:
+            record = json.load(open(os.path.join(out, "training_record.json")))
+        from safetensors.torch import load_file
+
+        drafter = DFlashDrafter(DrafterConfig.from_pretrained(out), inject_every_layer=recipe.inject_every_layer)
+        drafter.load_state_dict(load_file(os.path.join(out, "model.safetensors")))
+        drafter.eval()
+        for k in ks:
+            tau = tau_reference(target, drafter, tok, k)
+            rows.append({"variant": name, "served_k": k, "tau": round(tau, 3), "steps": record["steps"],
+                         "final_loss": record["final_loss_mean_last_50"]})
+            print(json.dumps(rows[-1]), flush=True)
+    os.makedirs(os.path.join(REPO, "bench/results"), exist_ok=True)
+    with open(os.path.join(REPO, "bench/results/ablations.json"), "w") as f:
+        json.dump({"steps_per_variant": args.steps, "rows": rows}, f, indent=1)
+    print("\n| variant | served K | tau | final loss |\n|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['variant']} | {r['served_k']} | {r['tau']:.2f} | {r['final_loss']:.3f} |")
+
+
+if __name__ == "__main__":
+    main()
