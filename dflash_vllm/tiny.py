@@ -67,7 +67,7 @@ def make_selfdistilled_data(target_path: str, out_jsonl: str, *, num_seqs: int =
 
     if os.path.exists(out_jsonl):
         return out_jsonl
-    target = AutoModelForCausalLM.from_pretrained(target_path, torch_dtype=torch.float32).eval()
+    target = AutoModelForCausalLM.from_pretrained(target_path, dtype=torch.float32).eval()
     vocab = target.config.vocab_size
     r = random.Random(seed)
     rows = []

@@ -157,7 +157,7 @@ def train(target_path: str, data_path: str, out: str, recipe: Recipe, mask_token
         torch.set_num_threads(threads)
     torch.manual_seed(recipe.seed)
     rng = random.Random(recipe.seed)
-    target = AutoModelForCausalLM.from_pretrained(target_path, torch_dtype=torch.float32).eval()
+    target = AutoModelForCausalLM.from_pretrained(target_path, dtype=torch.float32).eval()
     for p in target.parameters():
         p.requires_grad_(False)
     if mask_token_id is None:
