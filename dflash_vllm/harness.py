@@ -63,7 +63,7 @@ def run_job(job: dict) -> dict:
         t0 = time.perf_counter()
         outs = engine.step()
         dt = time.perf_counter() - t0
-        n_running = sum(1 for i in emitted if i not in results)
+        n_unfinished = sum(1 for i in emitted if i not in results)
         new_tokens = 0
         for o in outs:
             i = int(o.request_id)
@@ -80,7 +80,7 @@ def run_job(job: dict) -> dict:
                     "logprobs": None if c.logprobs is None else [
                         float(lp[t].logprob) for lp, t in zip(c.logprobs, c.token_ids)],
                 }
-        steps.append({"seconds": dt, "num_unfinished": n_running, "new_tokens": new_tokens, **(dict(timers) if timers else {})})
+        steps.append({"seconds": dt, "num_unfinished": n_unfinished, "new_tokens": new_tokens, **(dict(timers) if timers else {})})
         step += 1
         if step > 100_000:
             raise RuntimeError("harness: the workload did not finish")

@@ -62,9 +62,8 @@ class DFlashAttentionMetadata:
 
 
 class DFlashAttentionMetadataBuilder(AttentionMetadataBuilder[DFlashAttentionMetadata]):
-    def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
+    def __init__(self, kv_cache_spec, layer_names, vllm_config, device):  # abstract in the base class
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
-        self.device = device
 
     def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata, fast_build: bool = False):
         # The runner builds metadata for every KV cache group on each target step; drafter

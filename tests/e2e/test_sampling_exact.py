@@ -12,8 +12,6 @@ residual path carries the law. A deliberately broken sampler (rejections resampl
 from the residual) must fail the same test.
 """
 
-import json
-import os
 import random
 
 import numpy as np

@@ -2,7 +2,6 @@
 127.0.0.1, next to a server without speculation on the same demo target."""
 
 import json
-import os
 import time
 import urllib.error
 import urllib.request
