@@ -19,12 +19,12 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-VARIANTS = {  # name: (recipe overrides, serving K values)
-    "baseline (KV in every layer, random anchors, decayed loss, B=16)": ({}, [15, 7]),
-    "input-only fusion (target K/V in layer 1 only)": ({"inject_every_layer": False}, [15]),
-    "fixed block boundaries": ({"random_anchors": False}, [15]),
-    "uniform loss weights": ({"decay": 0.0}, [15]),
-    "trained at B=8": ({"block_size": 8}, [7, 15]),
+VARIANTS = {  # name: (work-dir slug, recipe overrides, serving K values)
+    "baseline (KV in every layer, random anchors, decayed loss, B=16)": ("baseline", {}, [15, 7]),
+    "input-only fusion (target K/V in layer 1 only)": ("input-only", {"inject_every_layer": False}, [15]),
+    "fixed block boundaries": ("fixed", {"random_anchors": False}, [15]),
+    "uniform loss weights": ("uniform", {"decay": 0.0}, [15]),
+    "trained at B=8": ("b8", {"block_size": 8}, [7, 15]),
 }
 
 
@@ -57,10 +57,10 @@ def main(argv=None):
     tok = AutoTokenizer.from_pretrained(target_dir)
     target = AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.float32).eval()
     rows = []
-    for name, (overrides, ks) in VARIANTS.items():
-        out = os.path.join(args.work, name.split(" ")[0] + "_" + str(abs(hash(name)) % 10_000))
-        recipe = Recipe(block_size=16, num_draft_layers=2, num_anchors=16, batch_size=16, seed=0,
-                        target_layer_ids=[0, 1, 2, 3], **overrides)
+    for name, (slug, overrides, ks) in VARIANTS.items():
+        out = os.path.join(args.work, slug)  # finished variants are reused, so a stopped run resumes
+        recipe = Recipe(**{**dict(block_size=16, num_draft_layers=2, num_anchors=16, batch_size=16, seed=0,
+                                  target_layer_ids=[0, 1, 2, 3]), **overrides})
         if not os.path.exists(os.path.join(out, "config.json")):
             record = train(target_dir, args.data, out, recipe, max_steps=args.steps, progress=False, threads=2)
         else:
