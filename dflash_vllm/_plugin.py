@@ -5,6 +5,8 @@
 - our proposer in place of vLLM's native one, patched into the model runner when (and if)
   that module is imported, so front-end processes never import it;
 - a fix for vLLM 0.32's CPU rejection-sampler ``expand_kernel`` (see fixes/cpu_expand.py);
+- Ray tensor parallel on the CPU platform, which vLLM 0.32 refuses (see fixes/ray_cpu.py);
+- draft/verify time per step and tau on Prometheus /metrics (see metrics.py);
 - a pre-flight check of the drafter/target pair when the engine config is created, so a bad
   pairing fails with one line before any engine process starts.
 
@@ -45,6 +47,7 @@ def register() -> None:
     register_backend(AttentionBackendEnum.CUSTOM, "dflash_vllm.attention.backend.DFlashAttentionBackend")
     _when_imported(_RUNNER_MODULE, _patch_runner)
     _when_imported("vllm.utils.cpu_triton_utils", _patch_cpu_kernels)
+    _when_imported("vllm.v1.executor.abstract", _patch_executor_selection)
     _install_preflight(validate=True)
 
 
@@ -63,6 +66,9 @@ def _patch_runner(module) -> None:
     if module.DFlashProposer is DFlashProposer:
         return
     module.DFlashProposer = DFlashProposer  # the runner constructs and isinstance-checks this name
+    from . import metrics
+
+    metrics.install_runner_timers(module)
     _log(
         "dflash-vllm %s active: proposer dflash_vllm.proposers.dflash.DFlashProposer, "
         "attention backend dflash_vllm.attention.backend.DFlashAttentionBackend (CUSTOM)",
@@ -74,6 +80,30 @@ def _patch_cpu_kernels(module) -> None:
     from .fixes import cpu_expand
 
     cpu_expand.install(module)
+
+
+def _patch_executor_selection(module) -> None:
+    """``distributed_executor_backend="ray"`` on the CPU platform -> fixes.ray_cpu.CpuRayExecutor
+    (imported, with Ray, only then)."""
+    executor = module.Executor
+    original = executor.get_class
+    if getattr(original, "_dflash_ray_cpu", False):
+        return
+
+    def get_class(vllm_config):
+        backend = vllm_config.parallel_config.distributed_executor_backend
+        if backend == "ray" and vllm_config.device_config.device_type == "cpu":
+            import vllm.envs as envs
+
+            if envs.VLLM_USE_RAY_V2_EXECUTOR_BACKEND:
+                from .fixes.ray_cpu import CpuRayExecutor
+
+                _log("dflash-vllm: Ray executor on the CPU platform via dflash_vllm.fixes.ray_cpu.CpuRayExecutor")
+                return CpuRayExecutor
+        return original(vllm_config)
+
+    get_class._dflash_ray_cpu = True  # type: ignore[attr-defined]
+    executor.get_class = staticmethod(get_class)
 
 
 def _install_preflight(validate: bool) -> None:
@@ -91,6 +121,9 @@ def _install_preflight(validate: bool) -> None:
         if spec is not None and spec.method == "dflash":
             if validate:
                 preflight(config)
+                from . import metrics
+
+                metrics.export()  # draft/verify time on /metrics (see metrics.py)
             else:
                 _log("dflash-vllm %s: DFLASH_VLLM_NATIVE=1, vLLM's built-in DFlash stays in charge", __version__)
         return config

@@ -85,19 +85,46 @@ def run_job(job: dict) -> dict:
         if step > 100_000:
             raise RuntimeError("harness: the workload did not finish")
     return {"outputs": [results[i] for i in range(len(reqs))], "steps": steps, "startup_seconds": startup_s,
-            "num_preemptions": preemptions[0] if preemptions is not None else None}
+            "num_preemptions": preemptions[0] if preemptions is not None else None,
+            "executor": _executor_name(engine), "shards": llm.collective_rpc(_qkv_shards)}
 
 
-def _install_step_timers() -> dict:
+def _executor_name(engine) -> str | None:
+    try:
+        return type(engine.engine_core.engine_core.model_executor).__name__
+    except AttributeError:
+        return None
+
+
+def _qkv_shards(worker) -> dict:
+    """Per rank: output width of the first QKV projection of the target and of the drafter."""
+
+    def width(model):
+        for name, m in model.named_modules() if model is not None else ():
+            if name.endswith("qkv_proj"):
+                return int(m.output_size_per_partition)
+        return None
+
+    runner = worker.model_runner
+    return {"target_qkv": width(runner.model), "drafter_qkv": width(getattr(getattr(runner, "drafter", None), "model", None))}
+
+
+def _install_step_timers(sync: bool = False) -> dict:
     """Split each engine step into target forward / draft / the rest (engine core in-process).
 
     verify_s: GPUModelRunner.execute_model (the target forward over the verified block);
     draft_s: propose_draft_token_ids (whichever proposer: ours or native);
     sample_s: sample_tokens minus draft_s (sampling, rejection sampling, bookkeeping).
+    With `sync` (CUDA), each timed call ends with a device synchronize, so the split is the
+    device time of each phase; that serialises what async scheduling would overlap.
     """
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
     acc: dict[str, float] = {}
+    if sync:
+        import torch
+
+        sync = torch.cuda.is_available()
 
     def timed(name, fn):
         def wrapper(*args, **kwargs):
@@ -105,6 +132,8 @@ def _install_step_timers() -> dict:
             try:
                 return fn(*args, **kwargs)
             finally:
+                if sync:
+                    torch.cuda.synchronize()
                 acc[name] = acc.get(name, 0.0) + time.perf_counter() - t
         return wrapper
 

@@ -42,6 +42,30 @@ def test_chat_greedy_identical(servers):
     assert metric_sum(m, "vllm:spec_decode_num_accepted_tokens_total") > 0
 
 
+def test_metrics_draft_verify_time_and_tau(servers):
+    """/metrics carries per-step draft and verify time histograms and tau, next to vLLM's counters."""
+    ours, base = servers
+    before = ours.metrics()
+    for p in PROMPTS:
+        _chat(ours, p, max_tokens=64, temperature=0)
+    m = ours.metrics()
+
+    def delta(name):
+        return metric_sum(m, name) - metric_sum(before, name)
+
+    drafts = delta("vllm:spec_decode_num_drafts_total")
+    assert drafts > 0
+    for kind in ("draft", "verify"):
+        n, total = delta(f"dflash:{kind}_time_seconds_count"), delta(f"dflash:{kind}_time_seconds_sum")
+        assert n >= drafts, (kind, n, drafts)  # one per engine step; each step drafts for every request
+        assert 0 < total / n < 5.0, (kind, total, n)
+        assert m[f'dflash:{kind}_time_seconds_bucket{{le="+Inf"}}'] == metric_sum(m, f"dflash:{kind}_time_seconds_count")
+    tau = m["dflash:mean_acceptance_length"]
+    lifetime = 1 + metric_sum(m, "vllm:spec_decode_num_accepted_tokens_total") / metric_sum(m, "vllm:spec_decode_num_drafts_total")
+    assert tau == pytest.approx(lifetime, rel=1e-6) and tau > 2.0
+    assert not any(k.startswith("dflash:") for k in base.metrics()), "no DFlash series without DFlash"
+
+
 def test_completions_with_stop_string(servers):
     ours, base = servers
     prompt = "<|user|>\nConvert 7 km to m.\n<|assistant|>\n"

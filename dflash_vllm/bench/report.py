@@ -1,0 +1,298 @@
+"""Turn raw closed-loop runs into the numbers a person reads: per-cell summaries, the paper-shaped
+tables, `compare`, and the plots.
+
+Notation follows eq. (2)-(5) of the paper notes: tau = 1 + sum_k P(A >= k) (A = accepted drafts
+per verify step); per step T_d (drafting), T_v (target verify forward), T_o (the rest: scheduling,
+sampling, rejection, cache bookkeeping); L_t = the no-speculation step time at the same
+concurrency; predicted speed-up S = tau * L_t / (T_d + T_v + T_o).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+
+
+def _pct(xs: list[float], q: float) -> float | None:
+    if not xs:
+        return None
+    xs = sorted(xs)
+    i = min(len(xs) - 1, max(0, math.ceil(q / 100 * len(xs)) - 1))
+    return xs[i]
+
+
+def _ms(x: float | None) -> float | None:
+    return None if x is None else round(x * 1e3, 3)
+
+
+def summarize(runs: list[dict], k: int | None) -> dict:
+    """Pool one or more runs of the same cell and method."""
+    steps = [s for r in runs for s in r["steps"]]
+    outputs = [o for r in runs for o in r["outputs"]]
+    wall = sum(r["wall_s"] for r in runs)
+    tokens = sum(s["new_tokens"] for s in steps)
+    acc = [a for o in outputs for a in o["accepted_per_step"]]
+    n = max(1, len(steps))
+    t_v = sum(s.get("verify_s", 0.0) for s in steps) / n
+    t_d = sum(s.get("draft_s", 0.0) for s in steps) / n
+    t_step = sum(s["seconds"] for s in steps) / n
+    tpot = [(o["e2e_s"] - o["ttft_s"]) / (len(o["token_ids"]) - 1) for o in outputs if len(o["token_ids"]) > 1]
+    itl = [x for r in runs for x in r["itl_s"]]
+    ttft = [o["ttft_s"] for o in outputs]
+    out = {
+        "num_requests": len(outputs),
+        "output_tokens": tokens,
+        "wall_s": round(wall, 3),
+        "output_tokens_per_s": round(tokens / wall, 2) if wall > 0 else None,
+        "num_steps": len(steps),
+        "mean_running": round(sum(s["running"] for s in steps) / n, 2),
+        "tokens_per_step": round(tokens / n, 3),
+        "step_ms": {"T_v": _ms(t_v), "T_d": _ms(t_d), "T_o": _ms(t_step - t_v - t_d), "total": _ms(t_step)},
+        "latency_ms": {"ttft_p50": _ms(_pct(ttft, 50)), "ttft_p99": _ms(_pct(ttft, 99)),
+                       "itl_p50": _ms(_pct(itl, 50)), "itl_p99": _ms(_pct(itl, 99)),
+                       "tpot_p50": _ms(_pct(tpot, 50)), "tpot_p99": _ms(_pct(tpot, 99))},
+    }
+    if k and acc:
+        hist = [0] * (k + 1)
+        for a in acc:
+            hist[min(a, k)] += 1
+        surv = [sum(hist[j:]) / len(acc) for j in range(1, k + 1)]
+        out.update({
+            "tau": round(1 + sum(acc) / len(acc), 3),
+            "verify_steps": len(acc),
+            "accepted_hist": hist,  # hist[j] = verify steps that accepted exactly j drafts
+            "prefix_survival": [round(x, 4) for x in surv],  # P(A >= j), j = 1..K (eq. 2)
+        })
+    return out
+
+
+def add_ratios(cells: list[dict]) -> None:
+    """Speed-up over no speculation in the same run, and eq. (4)'s account of it."""
+    base = {(c["prompt_set"], c["concurrency"]): c for c in cells if c["method"] == "none"}
+    for c in cells:
+        b = base.get((c["prompt_set"], c["concurrency"]))
+        if b is None or c["method"] == "none":
+            continue
+        if b.get("output_tokens_per_s") and c.get("output_tokens_per_s"):
+            c["speedup"] = round(c["output_tokens_per_s"] / b["output_tokens_per_s"], 3)
+        lt = b["step_ms"]["total"]
+        if lt and c.get("tau"):
+            s = c["step_ms"]
+            c["eq4"] = {"L_t_ms": lt, "r_d": round(s["T_d"] / lt, 3), "r_v": round(s["T_v"] / lt, 3),
+                        "r_o": round(s["T_o"] / lt, 3), "predicted_speedup": round(c["tau"] * lt / s["total"], 3)}
+
+
+def _fmt(x, spec=".2f", dash="-"):
+    return dash if x is None else format(x, spec)
+
+
+def _cell(cells, method, ps, conc):
+    for c in cells:
+        if c["method"] == method and c["prompt_set"] == ps and c["concurrency"] == conc:
+            return c
+    return None
+
+
+def tables(result: dict) -> str:
+    """Table 1-style grid (speed-up / tau per prompt set at the lowest concurrency), Table 3-style
+    concurrency sweep, and the time split, as markdown."""
+    cells = result["cells"]
+    methods = [m for m in result["methods"] if m != "none"]
+    sets = list(dict.fromkeys(c["prompt_set"] for c in cells))
+    concs = sorted({c["concurrency"] for c in cells})
+    lines = []
+    c0 = concs[0]
+    grid_sets = [ps for ps in sets if _cell(cells, "none", ps, c0)]
+    lines.append(f"Speed-up over no speculation / tau, concurrency {c0}, greedy unless stated (Table 1 style)\n")
+    lines.append("| method | " + " | ".join(grid_sets) + " | mean |")
+    lines.append("|---" * (len(grid_sets) + 2) + "|")
+    for m in methods:
+        row, sps, taus = [], [], []
+        for ps in grid_sets:
+            c = _cell(cells, m, ps, c0)
+            if c is None:
+                row.append("-")
+                continue
+            sps.append(c.get("speedup"))
+            taus.append(c.get("tau"))
+            row.append(f"{_fmt(c.get('speedup'))}x / {_fmt(c.get('tau'))}")
+        sp = [x for x in sps if x]
+        ta = [x for x in taus if x]
+        mean = f"{statistics.mean(sp):.2f}x / {_fmt(statistics.mean(ta) if ta else None)}" if sp else "-"
+        lines.append(f"| {m} | " + " | ".join(row) + f" | {mean} |")
+    for ps in sets:
+        cs = sorted({c["concurrency"] for c in cells if c["prompt_set"] == ps})
+        if len(cs) < 2:
+            continue
+        lines.append(f"\nConcurrency sweep, prompt set `{ps}` (Table 3 style): output tok/s, speed-up, tau\n")
+        lines.append("| concurrency | " + " | ".join(["none tok/s", *[f"{m} tok/s / speed-up / tau" for m in methods]]) + " |")
+        lines.append("|---" * (len(methods) + 2) + "|")
+        for conc in cs:
+            b = _cell(cells, "none", ps, conc)
+            row = [_fmt(b and b.get("output_tokens_per_s"), ".0f")]
+            for m in methods:
+                c = _cell(cells, m, ps, conc)
+                row.append("-" if c is None else
+                           f"{_fmt(c.get('output_tokens_per_s'), '.0f')} / {_fmt(c.get('speedup'))}x / {_fmt(c.get('tau'))}")
+            lines.append(f"| {conc} | " + " | ".join(row) + " |")
+        lines.append(f"\nWhere a step's time goes, `{ps}` (eq. 4; ms per engine step; r = T / L_t; "
+                     "S_pred = tau L_t / (T_d+T_v+T_o); latency p50/p99 in ms)\n")
+        lines.append("| concurrency | method | T_v | T_d | T_o | r_v + r_d + r_o | S_pred | S | TTFT p50/p99 | ITL p50/p99 |")
+        lines.append("|---|---|---|---|---|---|---|---|---|---|")
+        for conc in cs:
+            for m in ["none", *methods]:
+                c = _cell(cells, m, ps, conc)
+                if c is None:
+                    continue
+                s, e, lat = c["step_ms"], c.get("eq4", {}), c["latency_ms"]
+                rsum = e and round(e["r_v"] + e["r_d"] + e["r_o"], 2)
+                lines.append(f"| {conc} | {m} | {_fmt(s['T_v'])} | {_fmt(s['T_d'])} | {_fmt(s['T_o'])} | {_fmt(rsum or None)} | "
+                             f"{_fmt(e.get('predicted_speedup'))} | {_fmt(c.get('speedup'))} | "
+                             f"{_fmt(lat['ttft_p50'], '.1f')}/{_fmt(lat['ttft_p99'], '.1f')} | "
+                             f"{_fmt(lat['itl_p50'], '.1f')}/{_fmt(lat['itl_p99'], '.1f')} |")
+    mem = {m: v.get("memory") for m, v in result["methods"].items() if v.get("memory")}
+    if mem:
+        lines.append("\nMemory (MiB): drafter weights not shared with the target; KV cache held by drafter layers / target layers\n")
+        lines.append("| method | drafter weights | drafter KV | target KV |")
+        lines.append("|---|---|---|---|")
+        for m, v in mem.items():
+            lines.append(f"| {m} | {v['drafter_weight_bytes'] / 2**20:.2f} | {v['drafter_kv_bytes'] / 2**20:.1f} | "
+                         f"{v['target_kv_bytes'] / 2**20:.1f} |")
+    bad = [c for c in cells if c.get("identical_to_no_spec") is not None and c["identical_to_no_spec"] < 1]
+    if bad:
+        lines.append("\nWARNING: outputs differ from no speculation (greedy) in: " +
+                     ", ".join(f"{c['method']}@{c['prompt_set']}/c{c['concurrency']} ({c['identical_to_no_spec']:.2f})" for c in bad))
+    return "\n".join(lines)
+
+
+def compare(a: dict, b: dict) -> str:
+    """Cell by cell: B relative to A (tok/s, speed-up, tau, TTFT and ITL p99)."""
+    key = lambda c: (c["prompt_set"], c["concurrency"], c["method"])  # noqa: E731
+    bm = {key(c): c for c in b["cells"]}
+    lines = [f"A: {a['provenance'].get('git_commit', '?')[:10]} {a['provenance'].get('time', '')}  "
+             f"B: {b['provenance'].get('git_commit', '?')[:10]} {b['provenance'].get('time', '')}",
+             "", "| prompt set | conc | method | tok/s A -> B (B/A) | speed-up A -> B | tau A -> B | TTFT p99 B/A | ITL p99 B/A |",
+             "|---|---|---|---|---|---|---|---|"]
+    only_a = []
+    for ca in a["cells"]:
+        cb = bm.pop(key(ca), None)
+        if cb is None:
+            only_a.append(key(ca))
+            continue
+
+        def ratio(x, y):
+            return f"{y / x:.3f}" if x and y else "-"
+
+        ta, tb = ca.get("output_tokens_per_s"), cb.get("output_tokens_per_s")
+        la, lb = ca["latency_ms"], cb["latency_ms"]
+        lines.append(f"| {ca['prompt_set']} | {ca['concurrency']} | {ca['method']} | {_fmt(ta, '.0f')} -> {_fmt(tb, '.0f')} ({ratio(ta, tb)}) | "
+                     f"{_fmt(ca.get('speedup'))} -> {_fmt(cb.get('speedup'))} | {_fmt(ca.get('tau'))} -> {_fmt(cb.get('tau'))} | "
+                     f"{ratio(la['ttft_p99'], lb['ttft_p99'])} | {ratio(la['itl_p99'], lb['itl_p99'])} |")
+    if only_a:
+        lines.append(f"\nonly in A: {only_a}")
+    if bm:
+        lines.append(f"only in B: {list(bm)}")
+    return "\n".join(lines)
+
+
+def plots(result: dict, prefix: str) -> list[str]:
+    """Three PNGs: speed-up vs concurrency, acceptance (histogram + prefix survival), time split."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cells = result["cells"]
+    methods = [m for m in result["methods"] if m != "none"]
+    sets = [ps for ps in dict.fromkeys(c["prompt_set"] for c in cells)
+            if len({c["concurrency"] for c in cells if c["prompt_set"] == ps}) > 1] or \
+        list(dict.fromkeys(c["prompt_set"] for c in cells))[:1]
+    files = []
+
+    fig, axes = plt.subplots(1, len(sets), figsize=(4.5 * len(sets), 3.8), squeeze=False)
+    for ax, ps in zip(axes[0], sets):
+        for m in methods:
+            cs = sorted((c["concurrency"], c.get("speedup")) for c in cells
+                        if c["method"] == m and c["prompt_set"] == ps and c.get("speedup"))
+            if cs:
+                ax.plot([x for x, _ in cs], [y for _, y in cs], marker="o", label=m)
+        ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("concurrency")
+        ax.set_ylabel("speed-up over no speculation (tok/s ratio)")
+        ax.set_title(f"prompt set: {ps}")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    files.append(prefix + "_speedup.png")
+    fig.savefig(files[-1], dpi=110)
+    plt.close(fig)
+
+    ps = sets[0]
+    spec_methods = [m for m in methods if any(c.get("accepted_hist") for c in cells if c["method"] == m)]
+    if spec_methods:
+        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8))
+        c_lo = min(c["concurrency"] for c in cells if c["prompt_set"] == ps)
+        width = 0.8 / len(spec_methods)
+        for j, m in enumerate(spec_methods):
+            c = _cell(cells, m, ps, c_lo)
+            if c and c.get("accepted_hist"):
+                h = c["accepted_hist"]
+                tot = sum(h)
+                ax1.bar([i + j * width for i in range(len(h))], [x / tot for x in h], width=width,
+                        label=f"{m} (tau {c['tau']:.2f})")
+        ax1.set_xlabel("accepted drafts per verify step")
+        ax1.set_ylabel("fraction of verify steps")
+        ax1.set_title(f"acceptance histogram, {ps}, concurrency {c_lo}")
+        ax1.legend(fontsize=8)
+        main = spec_methods[0]
+        for c in sorted((c for c in cells if c["method"] == main and c["prompt_set"] == ps and c.get("prefix_survival")),
+                        key=lambda c: c["concurrency"]):
+            sv = c["prefix_survival"]
+            ax2.plot(range(1, len(sv) + 1), sv, marker=".", label=f"c={c['concurrency']}")
+        ax2.set_xlabel("draft position k")
+        ax2.set_ylabel("P(A >= k)")
+        ax2.set_ylim(0, 1.02)
+        ax2.set_title(f"prefix survival, {main}, {ps}")
+        ax2.legend(fontsize=8)
+        fig.tight_layout()
+        files.append(prefix + "_acceptance.png")
+        fig.savefig(files[-1], dpi=110)
+        plt.close(fig)
+
+    concs = sorted({c["concurrency"] for c in cells if c["prompt_set"] == ps})
+    allm = ["none", *methods]
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(concs) * len(allm) / 2), 4))
+    width = 0.8 / len(allm)
+    colors = {"T_v": "#4472c4", "T_d": "#ed7d31", "T_o": "#a5a5a5"}
+    for j, m in enumerate(allm):
+        xs, bottoms = [], []
+        for i, conc in enumerate(concs):
+            c = _cell(cells, m, ps, conc)
+            if c is None:
+                continue
+            xs.append(i + j * width)
+            bottoms.append(c)
+        bottom = [0.0] * len(xs)
+        for part in ("T_v", "T_d", "T_o"):
+            vals = [c["step_ms"][part] or 0.0 for c in bottoms]
+            ax.bar(xs, vals, width=width, bottom=bottom, color=colors[part], edgecolor="white", lw=0.5,
+                   label=part if j == 0 else None)
+            bottom = [a + b for a, b in zip(bottom, vals)]
+        for x in xs:
+            ax.text(x, 0, m[:6], rotation=90, fontsize=6, va="bottom", ha="center", color="white")
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(concs))], [str(c) for c in concs])
+    ax.set_xlabel("concurrency (bars: " + ", ".join(allm) + ")")
+    ax.set_ylabel("ms per engine step")
+    ax.set_title(f"step time split (T_v verify, T_d draft, T_o other), {ps}")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    files.append(prefix + "_time_split.png")
+    fig.savefig(files[-1], dpi=110)
+    plt.close(fig)
+    return files
+
+
+def load(path: str) -> dict:
+    with open(path) as f:
+        return json.load(f)

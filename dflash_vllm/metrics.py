@@ -1,0 +1,214 @@
+"""DFlash series on the server's Prometheus ``/metrics``, next to vLLM's own.
+
+vLLM already exports drafts, draft tokens and accepted tokens (in total and per draft position:
+``vllm:spec_decode_num_drafts_total``, ``vllm:spec_decode_num_accepted_tokens_per_pos_total``,
+...). This adds what it lacks:
+
+- ``dflash:draft_time_seconds`` (histogram): drafter time per engine step (context K/V write +
+  one block forward + draft sampling), measured in the model runner;
+- ``dflash:verify_time_seconds`` (histogram): the target's forward over the verified blocks per
+  engine step (``execute_model``);
+- ``dflash:mean_acceptance_length`` (gauge): tau = 1 + accepted / drafts over the server's
+  lifetime, from vLLM's counters at scrape time.
+
+The times are measured where the model runs (the engine-core or rank-0 worker process) and
+read where ``/metrics`` is served (the API server): when the front-end makes a DFlash engine
+config it creates a small shared-memory table (path in ``DFLASH_VLLM_STEP_TIMES``, inherited by
+the engine processes it then starts), rank 0 writes bucket counts into it, and a Prometheus
+collector in the front-end exports them at scrape time. On CUDA the times come from CUDA events
+read back one step later (no synchronisation added); on CPU from the wall clock.
+"""
+
+from __future__ import annotations
+
+import atexit
+import mmap
+import os
+import struct
+import tempfile
+import time
+
+ENV = "DFLASH_VLLM_STEP_TIMES"
+BUCKETS = (0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1.024, 2.048)
+KINDS = ("draft", "verify")
+_SLOTS = len(BUCKETS) + 3  # per kind: one count per bucket, +Inf, sum, count
+_SIZE = 8 * _SLOTS * len(KINDS)
+
+
+class StepTimeTable:
+    """Fixed-layout float64 table: per kind, non-cumulative bucket counts, +Inf, sum, count."""
+
+    def __init__(self, path: str):
+        self.path = path
+        fd = os.open(path, os.O_RDWR)
+        try:
+            self.buf = mmap.mmap(fd, _SIZE)
+        finally:
+            os.close(fd)
+
+    @classmethod
+    def create(cls) -> StepTimeTable:
+        d = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+        fd, path = tempfile.mkstemp(prefix="dflash-vllm-steps-", dir=d)
+        os.write(fd, b"\0" * _SIZE)
+        os.close(fd)
+        atexit.register(lambda: os.path.exists(path) and os.unlink(path))
+        return cls(path)
+
+    def _at(self, kind: int, slot: int) -> int:
+        return 8 * (kind * _SLOTS + slot)
+
+    def _add(self, off: int, x: float) -> None:
+        (v,) = struct.unpack_from("d", self.buf, off)
+        struct.pack_into("d", self.buf, off, v + x)
+
+    def observe(self, kind: str, seconds: float) -> None:  # a single writer: rank 0
+        k = KINDS.index(kind)
+        b = next((i for i, ub in enumerate(BUCKETS) if seconds <= ub), len(BUCKETS))
+        self._add(self._at(k, b), 1.0)
+        self._add(self._at(k, len(BUCKETS) + 1), seconds)
+        self._add(self._at(k, len(BUCKETS) + 2), 1.0)
+
+    def read(self, kind: str) -> tuple[list[float], float, float]:
+        k = KINDS.index(kind)
+        vals = struct.unpack_from(f"{_SLOTS}d", self.buf, self._at(k, 0))
+        return list(vals[: len(BUCKETS) + 1]), vals[-2], vals[-1]
+
+
+class _Collector:
+    def __init__(self, table: StepTimeTable):
+        self.table = table
+        self._busy = False
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
+
+        for kind, what in (("draft", "Drafter time per engine step (DFlash)"),
+                           ("verify", "Target verify forward time per engine step (DFlash)")):
+            counts, total, n = self.table.read(kind)
+            cum, acc = [], 0.0
+            for ub, c in zip([*map(str, BUCKETS), "+Inf"], counts):
+                acc += c
+                cum.append((ub, acc))
+            h = HistogramMetricFamily(f"dflash:{kind}_time_seconds", what)
+            h.add_metric([], cum, total)
+            yield h
+        if self._busy:  # collecting vLLM's counters below calls us again
+            return
+        self._busy = True
+        try:
+            from prometheus_client import REGISTRY
+
+            drafts = accepted = 0.0
+            for fam in REGISTRY.collect():
+                for s in fam.samples:
+                    if s.name == "vllm:spec_decode_num_drafts_total":
+                        drafts += s.value
+                    elif s.name == "vllm:spec_decode_num_accepted_tokens_total":
+                        accepted += s.value
+        finally:
+            self._busy = False
+        g = GaugeMetricFamily("dflash:mean_acceptance_length",
+                              "Mean acceptance length tau = 1 + accepted / drafts (server lifetime)")
+        g.add_metric([], 1.0 + accepted / drafts if drafts else 0.0)
+        yield g
+
+
+_table: StepTimeTable | None = None
+_collector: _Collector | None = None
+
+
+def export() -> None:
+    """In the front-end (where the engine config is made and /metrics is served): a fresh table
+    for the engine processes about to start, exported through a Prometheus collector."""
+    global _table, _collector
+    _table = StepTimeTable.create()
+    os.environ[ENV] = _table.path
+    try:
+        from prometheus_client import REGISTRY
+
+        if _collector is not None:
+            REGISTRY.unregister(_collector)
+        _collector = _Collector(_table)
+        REGISTRY.register(_collector)
+    except Exception:  # no prometheus_client: the metrics are an extra, serving goes on
+        _collector = None
+
+
+def _writer() -> StepTimeTable | None:
+    """In the process running the model: the table its front-end made (inherited path)."""
+    global _table
+    if _table is None:
+        path = os.environ.get(ENV)
+        if not path or not os.path.exists(path):
+            return None
+        _table = StepTimeTable(path)
+    return _table
+
+
+class _Timer:
+    """Wall clock on CPU; on CUDA, event pairs resolved when they have completed."""
+
+    def __init__(self, kind: str):
+        self.kind, self.pending = kind, []
+
+    def wrap(self, fn):
+        timer = self
+
+        def wrapper(runner, *args, **kwargs):
+            table = _writer() if _is_ours(runner) else None
+            if table is None:
+                return fn(runner, *args, **kwargs)
+            import torch
+
+            cuda = torch.cuda.is_available() and runner.device.type == "cuda"
+            if cuda:
+                start = torch.cuda.Event(enable_timing=True)
+                start.record()
+            else:
+                t0 = time.perf_counter()
+            try:
+                return fn(runner, *args, **kwargs)
+            finally:
+                if cuda:
+                    end = torch.cuda.Event(enable_timing=True)
+                    end.record()
+                    timer.pending.append((start, end))
+                    while timer.pending and timer.pending[0][1].query():
+                        s, e = timer.pending.pop(0)
+                        table.observe(timer.kind, s.elapsed_time(e) / 1e3)
+                    del timer.pending[:-64]  # never grow without bound
+                else:
+                    table.observe(timer.kind, time.perf_counter() - t0)
+
+        wrapper.__wrapped__ = fn
+        return wrapper
+
+
+def _is_ours(runner) -> bool:
+    from .proposers.dflash import DFlashProposer
+
+    if not isinstance(getattr(runner, "drafter", None), DFlashProposer):
+        return False
+    rank = getattr(runner, "_dflash_rank0", None)
+    if rank is None:
+        try:
+            from vllm.distributed import get_tensor_model_parallel_rank
+
+            rank = get_tensor_model_parallel_rank() == 0
+        except Exception:
+            rank = True
+        runner._dflash_rank0 = rank
+    return rank
+
+
+def install_runner_timers(runner_module) -> None:
+    cls = runner_module.GPUModelRunner
+    if getattr(cls.execute_model, "_dflash_timed", False):
+        return
+    cls.execute_model = _Timer("verify").wrap(cls.execute_model)
+    cls.propose_draft_token_ids = _Timer("draft").wrap(cls.propose_draft_token_ids)
+    cls.execute_model._dflash_timed = True
