@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ray cluster, tensor parallel: the drafter is built from vLLM's parallel layers and is sharded
+# Ray cluster of GPU nodes, tensor parallel (CPU nodes: serve_ray_cpu.sh): the drafter is built from vLLM's parallel layers and is sharded
 # the same way as the target (heads split over TP ranks; fc, norms replicated).
 #   head node:    ray start --head --port=6379
 #   each worker:  ray start --address=HEAD_IP:6379

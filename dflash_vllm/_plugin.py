@@ -66,9 +66,10 @@ def _patch_runner(module) -> None:
     if module.DFlashProposer is DFlashProposer:
         return
     module.DFlashProposer = DFlashProposer  # the runner constructs and isinstance-checks this name
-    from . import metrics
+    if os.environ.get("DFLASH_VLLM_STEP_METRICS", "1") not in ("0", "false", "False"):
+        from . import metrics
 
-    metrics.install_runner_timers(module)
+        metrics.install_runner_timers(module)
     _log(
         "dflash-vllm %s active: proposer dflash_vllm.proposers.dflash.DFlashProposer, "
         "attention backend dflash_vllm.attention.backend.DFlashAttentionBackend (CUSTOM)",

@@ -58,7 +58,7 @@ class DFlashAttentionMetadata:
     query_len: int  # K + 1, the same for every request in a step
     ctx_block: torch.Tensor  # [num_reqs, max_ctx] physical block of each context position
     ctx_offset: torch.Tensor  # [num_reqs, max_ctx] offset inside that block
-    key_mask: torch.Tensor  # [num_reqs, 1, 1, max_ctx + query_len] True = visible
+    key_mask: torch.Tensor | None  # [num_reqs, 1, 1, max_ctx + query_len] True = visible; None: all
 
 
 class DFlashAttentionMetadataBuilder(AttentionMetadataBuilder[DFlashAttentionMetadata]):
@@ -78,17 +78,24 @@ class DFlashAttentionMetadataBuilder(AttentionMetadataBuilder[DFlashAttentionMet
         if num_tokens != num_reqs * query_len:
             raise ValueError("DFlash drafter attention expects the same block length for every request")
         block_table = cad.block_table_tensor[:num_reqs]
-        max_ctx = max(1, int(cad.max_seq_len))
+        seq_lens = cad.seq_lens[:num_reqs].to(block_table.device)
+        uniform = False
+        if block_table.device.type == "cpu":  # exact lengths cost no device sync here
+            lo, hi = torch.aminmax(seq_lens)
+            max_ctx, uniform = max(1, int(hi)), int(lo) == int(hi)
+        else:  # an upper bound (the rejected tail included), masked below
+            max_ctx = max(1, int(cad.max_seq_len))
         pos = torch.arange(max_ctx, device=block_table.device)
         # Kernel blocks may be smaller than manager blocks; the table we get is in kernel units.
         bs = self._kernel_block_size(self.kv_cache_spec.block_size)
         col = (pos // bs).clamp_max(block_table.shape[1] - 1)
         ctx_block = block_table[:, col]  # [num_reqs, max_ctx]
         ctx_offset = (pos % bs).expand(num_reqs, -1)
-        seq_lens = cad.seq_lens[:num_reqs].to(block_table.device)
-        ctx_visible = pos[None, :] < seq_lens[:, None]
-        block_visible = torch.ones(num_reqs, query_len, dtype=torch.bool, device=block_table.device)
-        key_mask = torch.cat([ctx_visible, block_visible], dim=1)[:, None, None, :]
+        key_mask = None  # None: every request sees all max_ctx context positions and its whole block
+        if not uniform:
+            ctx_visible = pos[None, :] < seq_lens[:, None]
+            block_visible = torch.ones(num_reqs, query_len, dtype=torch.bool, device=block_table.device)
+            key_mask = torch.cat([ctx_visible, block_visible], dim=1)[:, None, None, :]
         return DFlashAttentionMetadata(num_reqs, num_tokens, query_len, ctx_block, ctx_offset, key_mask)
 
     def _kernel_block_size(self, default: int) -> int:
@@ -136,9 +143,9 @@ class DFlashAttentionImpl(AttentionImpl):
         q = query[:n].reshape(b, q_len, self.num_heads, d).transpose(1, 2)
         blk_k = key[:n].reshape(b, q_len, self.num_kv_heads, d)
         blk_v = value[:n].reshape(b, q_len, self.num_kv_heads, d)
-        ctx = kv_cache[md.ctx_block, :, md.ctx_offset]  # [b, max_ctx, nkv, 2D]
-        k = torch.cat([ctx[..., :d].to(q.dtype), blk_k], dim=1).transpose(1, 2)
-        v = torch.cat([ctx[..., d:].to(q.dtype), blk_v], dim=1).transpose(1, 2)
+        ctx = kv_cache[md.ctx_block, :, md.ctx_offset].to(q.dtype)  # [b, max_ctx, nkv, 2D]
+        kv = torch.cat([ctx, torch.cat([blk_k, blk_v], dim=-1)], dim=1).transpose(1, 2)  # [b, nkv, ctx+q, 2D]
+        k, v = kv[..., :d], kv[..., d:]
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=md.key_mask, scale=self.scale, enable_gqa=self.num_heads != self.num_kv_heads
         )
