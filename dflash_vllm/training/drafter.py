@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.nn.functional as F
 
-from ..config import DrafterConfig, default_target_layer_ids
+from ..config import DFlashConfigError, DrafterConfig, default_target_layer_ids
 from ..modeling import DFlashDrafter, target_layer_outputs
 
 # Loss decay per block size (paper appendix): w_k = exp(-(k-1)/lambda).
@@ -143,14 +143,64 @@ def new_drafter_config(target_cfg, recipe: Recipe, mask_token_id: int) -> Drafte
     )
 
 
+class FeatureCache:
+    """Target features on disk, one file per training example, so later epochs (and later runs
+    on the same data) skip the target's forward. A manifest ties the cache to the target, its
+    layers and the data file; a cache made for something else is refused, not silently reused."""
+
+    def __init__(self, root: str, target_path: str, layer_ids: list[int], data_path: str, dtype: str = "float32"):
+        self.root, self.dtype = root, getattr(torch, dtype)
+        st = os.stat(data_path)
+        key = {"target": os.path.abspath(target_path), "target_layer_ids": list(layer_ids),
+               "data": os.path.abspath(data_path), "data_size": st.st_size, "data_mtime": int(st.st_mtime), "dtype": dtype}
+        os.makedirs(root, exist_ok=True)
+        manifest = os.path.join(root, "manifest.json")
+        if os.path.exists(manifest):
+            with open(manifest) as f:
+                old = json.load(f)
+            if old != key:
+                diff = sorted(k for k in key if old.get(k) != key[k])
+                raise DFlashConfigError(f"feature cache {root} was made for another {', '.join(diff)}; "
+                                        "pass an empty --feature-cache directory (or delete this one)")
+        else:
+            with open(manifest, "w") as f:
+                json.dump(key, f, indent=1)
+
+    def _path(self, i: int) -> str:
+        return os.path.join(self.root, f"{i}.pt")
+
+    def get(self, target, indices: list[int], seqs: list[list[int]], layer_ids: list[int]) -> torch.Tensor:
+        """[B, T_max, n*H] float32, right-padded with zeros, like `target_features` on the batch."""
+        missing = [j for j, i in enumerate(indices) if not os.path.exists(self._path(i))]
+        if missing:
+            t = max(len(seqs[j]) for j in missing)
+            tokens = torch.tensor([seqs[j] + [0] * (t - len(seqs[j])) for j in missing])
+            attn = torch.tensor([[1] * len(seqs[j]) + [0] * (t - len(seqs[j])) for j in missing])
+            feats = target_features(target, tokens, layer_ids, attn)
+            for row, j in enumerate(missing):
+                tmp = self._path(indices[j]) + ".tmp"
+                torch.save(feats[row, : len(seqs[j])].to(self.dtype).clone(), tmp)
+                os.replace(tmp, self._path(indices[j]))  # a killed run leaves no half-written entry
+        rows = [torch.load(self._path(i)).float() for i in indices]
+        t_max = max(len(s) for s in seqs)
+        out = torch.zeros(len(rows), t_max, rows[0].shape[-1])
+        for j, r in enumerate(rows):
+            out[j, : r.shape[0]] = r
+        return out
+
+
 def load_examples(path: str) -> list[dict]:
     with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]
 
 
 def train(target_path: str, data_path: str, out: str, recipe: Recipe, mask_token_id: int | None = None,
-          max_steps: int | None = None, progress: bool = True, threads: int = 0) -> dict:
-    """Train and save a drafter in the published format; returns the training record."""
+          max_steps: int | None = None, progress: bool = True, threads: int = 0,
+          feature_cache: str | None = None, feature_cache_dtype: str = "float32") -> dict:
+    """Train and save a drafter in the published format; returns the training record.
+
+    Target features are computed online from the frozen target, or, with `feature_cache` (a
+    directory), computed once per example and read back from disk afterwards."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if threads:
@@ -167,6 +217,7 @@ def train(target_path: str, data_path: str, out: str, recipe: Recipe, mask_token
     drafter = DFlashDrafter(cfg, inject_every_layer=recipe.inject_every_layer)
     embed, lm_head = target.get_input_embeddings(), target.get_output_embeddings()
     examples = load_examples(data_path)
+    cache = FeatureCache(feature_cache, target_path, cfg.target_layer_ids, data_path, feature_cache_dtype) if feature_cache else None
     steps_per_epoch = math.ceil(len(examples) / recipe.batch_size)
     total = max_steps or max(1, int(steps_per_epoch * recipe.epochs))
     warm = max(1, int(recipe.warmup_ratio * total))
@@ -196,13 +247,17 @@ def train(target_path: str, data_path: str, out: str, recipe: Recipe, mask_token
         if not order:
             order = list(range(len(examples)))
             rng.shuffle(order)
-        batch = [examples[order.pop()] for _ in range(min(recipe.batch_size, len(order)))]
+        idx = [order.pop() for _ in range(min(recipe.batch_size, len(order)))]
+        batch = [examples[i] for i in idx]
         seqs = [ex["prompt_ids"] + ex["response_ids"] for ex in batch]
         lens = [len(s) for s in seqs]
         t_max = max(lens)
         tokens = torch.tensor([s + [0] * (t_max - len(s)) for s in seqs])
         attn = torch.tensor([[1] * n + [0] * (t_max - n) for n in lens])
-        feats = target_features(target, tokens, cfg.target_layer_ids, attn)
+        if cache is not None:
+            feats = cache.get(target, idx, seqs, cfg.target_layer_ids)
+        else:
+            feats = target_features(target, tokens, cfg.target_layer_ids, attn)
         anchors = [pick_anchors(len(ex["prompt_ids"]), n, recipe.num_anchors, recipe.block_size, rng, recipe.random_anchors)
                    for ex, n in zip(batch, lens)]
         loss, acc = drafter_loss(drafter, embed, lm_head, feats, tokens, anchors, lens, weights)
@@ -226,7 +281,8 @@ def train(target_path: str, data_path: str, out: str, recipe: Recipe, mask_token
 
     record = {
         "recipe": asdict(recipe), "target": os.path.abspath(target_path), "data": os.path.abspath(data_path),
-        "num_examples": len(examples), "steps": step, "seconds": round(time.time() - t0, 1),
+        "num_examples": len(examples), "steps": step,
+        "features": f"cached in {os.path.abspath(feature_cache)} ({feature_cache_dtype})" if feature_cache else "online", "seconds": round(time.time() - t0, 1),
         "final_loss_mean_last_50": round(sum(losses[-50:]) / max(1, len(losses[-50:])), 4),
         "position_accuracy_last_50": [round(sum(a[k] for a in accs[-50:]) / max(1, len(accs[-50:])), 3) for k in range(recipe.block_size - 1)],
         "loss_curve_every_20": losses[::20],
@@ -247,6 +303,9 @@ def main(argv=None):
     ap.add_argument("--max-steps", type=int, default=None)
     ap.add_argument("--mask-token-id", type=int, default=None)
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--feature-cache", default=None, help="directory: compute target features once, read them back")
+    ap.add_argument("--feature-cache-dtype", default="float32", choices=["float32", "float16", "bfloat16"],
+                    help="storage dtype of cached features (float16 halves the disk, at a small rounding)")
     for name, field in Recipe.__dataclass_fields__.items():
         default = field.default
         if name == "target_layer_ids":
@@ -257,7 +316,8 @@ def main(argv=None):
             ap.add_argument(f"--{name.replace('_', '-')}", type=type(default) if default is not None else float, default=default)
     args = ap.parse_args(argv)
     recipe = Recipe(**{k: getattr(args, k) for k in Recipe.__dataclass_fields__})
-    record = train(args.target, args.data, args.out, recipe, args.mask_token_id, args.max_steps, threads=args.threads)
+    record = train(args.target, args.data, args.out, recipe, args.mask_token_id, args.max_steps, threads=args.threads,
+                   feature_cache=args.feature_cache, feature_cache_dtype=args.feature_cache_dtype)
     print(json.dumps({k: v for k, v in record.items() if k != "loss_curve_every_20"}, indent=1))
 
 
