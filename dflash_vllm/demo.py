@@ -134,6 +134,13 @@ def main(argv=None):
     accepted = (metric_sum(after, "vllm:spec_decode_num_accepted_tokens_total")
                 - metric_sum(before, "vllm:spec_decode_num_accepted_tokens_total"))
     tau = 1 + accepted / drafts if drafts else float("nan")
+
+    def per_step_ms(kind):
+        n = metric_sum(after, f"dflash:{kind}_time_seconds_count") - metric_sum(before, f"dflash:{kind}_time_seconds_count")
+        t = metric_sum(after, f"dflash:{kind}_time_seconds_sum") - metric_sum(before, f"dflash:{kind}_time_seconds_sum")
+        return 1e3 * t / n if n else float("nan")
+
+    draft_ms, verify_ms = per_step_ms("draft"), per_step_ms("verify")
     for s, o in list(zip(samples, outs))[: args.show]:
         print(f"\n>>> {s.prompt}\n{o}")
     with Server(args.target, None) as srv:
@@ -147,6 +154,7 @@ def main(argv=None):
     print(f"  no spec:     {base_tok} tokens in {base_secs:.2f} s = {base_tok / base_secs:.1f} tokens/s")
     print(f"  speed-up:    {(n_tok / secs) / (base_tok / base_secs):.2f}x")
     print(f"  tau (mean acceptance length, from /metrics): {tau:.2f}  ({int(accepted)} accepted / {int(drafts)} drafts)")
+    print(f"  per engine step (from /metrics): verify {verify_ms:.2f} ms, draft {draft_ms:.2f} ms")
     print(f"  outputs identical to no speculation: {same}/{len(prompts)}; task answers correct: {correct}/{len(prompts)}")
     return 0 if same == len(prompts) else 1
 
