@@ -46,6 +46,8 @@ def _run_parser() -> argparse.ArgumentParser:
     ap.add_argument("--min-requests", type=int, default=16)
     ap.add_argument("--max-tokens", type=int, default=160)
     ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--ignore-eos", action="store_true",
+                    help="every request generates exactly --max-tokens (decode-dominated; default: stop at EOS)")
     ap.add_argument("--repeats", type=int, default=1, help="passes over all cells (pooled)")
     ap.add_argument("--max-model-len", type=int, default=1024)
     ap.add_argument("--kv-cache-mib", type=int, default=512, help="CPU: KV pool per engine")

@@ -43,6 +43,7 @@ def summarize(runs: list[dict], k: int | None) -> dict:
     out = {
         "num_requests": len(outputs),
         "output_tokens": tokens,
+        "mean_output_len": round(sum(len(o["token_ids"]) for o in outputs) / max(1, len(outputs)), 1),
         "wall_s": round(wall, 3),
         "output_tokens_per_s": round(tokens / wall, 2) if wall > 0 else None,
         "num_steps": len(steps),
@@ -101,7 +102,11 @@ def tables(result: dict) -> str:
     methods = [m for m in result["methods"] if m != "none"]
     sets = list(dict.fromkeys(c["prompt_set"] for c in cells))
     concs = sorted({c["concurrency"] for c in cells})
-    lines = []
+    cfg = result.get("config", {})
+    lines = [f"target {cfg.get('target')}, drafter {cfg.get('drafter')}, K={cfg.get('k')}; temperature "
+             f"{cfg.get('temperature')}; up to {cfg.get('max_tokens')} tokens per request"
+             f"{' (EOS ignored: fixed length)' if cfg.get('ignore_eos') else ' (stop at EOS)'}; "
+             f"provenance {result.get('provenance', {}).get('git_commit', '?')[:12]}\n"]
     c0 = concs[0]
     grid_sets = [ps for ps in sets if _cell(cells, "none", ps, c0)]
     lines.append(f"Speed-up over no speculation / tau, concurrency {c0}, greedy unless stated (Table 1 style)\n")

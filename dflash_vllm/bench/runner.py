@@ -183,7 +183,8 @@ def run(args) -> dict:
             for ci, (ps, c) in enumerate(cells):
                 name, ids = prompts[ps]
                 n = args.requests or max(args.min_requests, 2 * c)
-                reqs = [{"prompt_token_ids": ids[i], "max_tokens": args.max_tokens, "stop_token_ids": eos,
+                reqs = [{"prompt_token_ids": ids[i], "max_tokens": args.max_tokens, "ignore_eos": args.ignore_eos,
+                         "stop_token_ids": [] if args.ignore_eos else eos,
                          "temperature": args.temperature, "seed": (1000 + i if args.temperature > 0 else None)}
                         for i in range(n)]
                 shift = (ci + rep) % len(order)
@@ -210,7 +211,7 @@ def run(args) -> dict:
         "what": "dflash-vllm bench: closed-loop engine throughput/latency per method x concurrency x prompt set",
         "config": {"target": args.target, "drafter": args.drafter, "k": args.k, "methods": list(methods),
                    "concurrency": concs, "prompt_sets": sweep_sets, "grid_sets": grid_sets,
-                   "max_tokens": args.max_tokens, "temperature": args.temperature, "repeats": args.repeats,
+                   "max_tokens": args.max_tokens, "ignore_eos": args.ignore_eos, "temperature": args.temperature, "repeats": args.repeats,
                    "requests_per_cell": args.requests or f"max({args.min_requests}, 2 x concurrency)",
                    "engine": kw, "quick": args.quick},
         "provenance": provenance(),
