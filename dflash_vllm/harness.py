@@ -84,9 +84,11 @@ def run_job(job: dict) -> dict:
         step += 1
         if step > 100_000:
             raise RuntimeError("harness: the workload did not finish")
-    return {"outputs": [results[i] for i in range(len(reqs))], "steps": steps, "startup_seconds": startup_s,
-            "num_preemptions": preemptions[0] if preemptions is not None else None,
-            "executor": _executor_name(engine), "shards": llm.collective_rpc(_qkv_shards)}
+    out = {"outputs": [results[i] for i in range(len(reqs))], "steps": steps, "startup_seconds": startup_s,
+           "num_preemptions": preemptions[0] if preemptions is not None else None,
+           "executor": _executor_name(engine), "shards": llm.collective_rpc(_qkv_shards)}
+    engine.engine_core.shutdown()  # now, while Ray (if used) is still up; not in interpreter teardown
+    return out
 
 
 def _executor_name(engine) -> str | None:
@@ -173,8 +175,13 @@ def run_job_subprocess(job: dict, timeout: float = 900, env: dict | None = None)
         proc = subprocess.run([sys.executable, "-m", "dflash_vllm.harness", job_path, out_path], env=full_env,
                               capture_output=True, text=True, timeout=timeout)
         if proc.returncode != 0 or not os.path.exists(out_path):
-            tail = (proc.stdout + proc.stderr)[-6000:]
-            raise RuntimeError(f"harness job failed (exit {proc.returncode}):\n{tail}")
+            text = proc.stdout + proc.stderr
+            log = os.path.join(tempfile.gettempdir(), f"dflash-harness-failed-{os.getpid()}-{int(time.time())}.log")
+            with open(log, "w") as f:
+                f.write(text)
+            first = text.find("Traceback")  # the first error is the cause; what follows is often teardown noise
+            head = f"first traceback:\n{text[first:first + 4000]}\n...\n" if first >= 0 else ""
+            raise RuntimeError(f"harness job failed (exit {proc.returncode}; full log {log}):\n{head}last output:\n{text[-4000:]}")
         with open(out_path) as f:
             out = json.load(f)
         log = proc.stdout + proc.stderr

@@ -39,6 +39,16 @@ class CpuRayExecutor(_rx.RayExecutorV2):
     def _get_actor_resource_kwargs() -> dict:
         return {"num_gpus": 0}
 
+    def shutdown(self) -> None:
+        # At interpreter exit Ray's own atexit hook may have ended the session (and its actors)
+        # before this executor's finalizer runs; ray.kill would then start a fresh local Ray
+        # just to fail on the stale handles (and the process has been seen to die with SIGSEGV).
+        import ray
+
+        if not ray.is_initialized():
+            self.ray_worker_handles = []
+        super().shutdown()
+
     def _init_executor(self) -> None:
         original = _rx.RayWorkerProc
         _rx.RayWorkerProc = CpuRayWorkerProc  # the name the base class spawns actors from

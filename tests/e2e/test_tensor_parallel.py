@@ -79,3 +79,36 @@ def test_tp2_acceptance_matches_tp1(runs, backend):
     tau1, tau2 = _tau(runs["tp1"]), _tau(runs[f"tp2_{backend}"])
     assert tau1 > 3.0
     assert tau2 >= 0.97 * tau1, (tau1, tau2)
+
+
+TEARDOWN = '''
+import os, sys
+os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+if __name__ == "__main__":
+    import ray
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+    llm = LLM(model=sys.argv[1], dtype="float32", enforce_eager=True, kv_cache_memory_bytes=2**27, skip_tokenizer_init=True,
+              tensor_parallel_size=2, distributed_executor_backend="ray")
+    print("OUT", list(llm.generate([TokensPrompt(prompt_token_ids=[5, 6, 7, 8])],
+                                   SamplingParams(max_tokens=4, temperature=0))[0].outputs[0].token_ids), flush=True)
+    ray.shutdown()  # Ray's atexit hook can run before the executor's finalizer
+    llm.llm_engine.engine_core.shutdown()
+    print("SHUTDOWN OK", flush=True)
+'''
+
+
+def test_ray_executor_shutdown_after_ray_session_ended(tmp_path):
+    """The teardown order that made a CI run die with SIGSEGV: the executor's shutdown must not
+    start a fresh Ray just to kill actors that ended with the old session."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "teardown.py"
+    script.write_text(TEARDOWN)
+    env = dict(os.environ, VLLM_CPU_OMP_THREADS_BIND=_bind())
+    proc = subprocess.run([sys.executable, str(script), TARGET], capture_output=True, text=True, timeout=600, env=env)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "SHUTDOWN OK" in text, text[-3000:]
+    assert text.count("Started a local Ray instance") == 1, text[-3000:]
+    assert "Failed to kill actor" not in text
