@@ -21,8 +21,19 @@ import tempfile
 import time
 
 
+def sampling_params(r: dict):
+    """A job request's SamplingParams (token ids in and out; EOS ignored unless the request says)."""
+    from vllm import SamplingParams
+
+    return SamplingParams(
+        max_tokens=r["max_tokens"], temperature=r.get("temperature", 0.0), top_p=r.get("top_p", 1.0),
+        top_k=r.get("top_k", 0), seed=r.get("seed"), stop_token_ids=r.get("stop_token_ids"),
+        ignore_eos=r.get("ignore_eos", True), detokenize=False, logprobs=r.get("logprobs"),
+    )
+
+
 def run_job(job: dict) -> dict:
-    from vllm import LLM, SamplingParams
+    from vllm import LLM
     from vllm.inputs import TokensPrompt
 
     engine_kwargs = dict(
@@ -51,12 +62,7 @@ def run_job(job: dict) -> dict:
         while pending and reqs[pending[0]].get("arrive_step", 0) <= step:
             i = pending.pop(0)
             r = reqs[i]
-            params = SamplingParams(
-                max_tokens=r["max_tokens"], temperature=r.get("temperature", 0.0), top_p=r.get("top_p", 1.0),
-                top_k=r.get("top_k", 0), seed=r.get("seed"), stop_token_ids=r.get("stop_token_ids"),
-                ignore_eos=r.get("ignore_eos", True), detokenize=False, logprobs=r.get("logprobs"),
-            )
-            engine.add_request(str(i), TokensPrompt(prompt_token_ids=r["prompt_token_ids"]), params)
+            engine.add_request(str(i), TokensPrompt(prompt_token_ids=r["prompt_token_ids"]), sampling_params(r))
             emitted[i] = 0
         if timers is not None:
             timers.clear()

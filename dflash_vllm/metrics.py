@@ -159,13 +159,15 @@ class _Timer:
         timer = self
 
         def wrapper(runner, *args, **kwargs):
-            table = _writer() if _is_ours(runner) else None
-            if table is None:
+            mode = runner.__dict__.get("_dflash_timing")
+            if mode is None:  # decided once per runner: this wraps the per-step hot path
+                mode = runner._dflash_timing = _timing_mode(runner)
+            if not mode:
                 return fn(runner, *args, **kwargs)
-            import torch
+            table = _table
+            if mode == "cuda":
+                import torch
 
-            cuda = torch.cuda.is_available() and runner.device.type == "cuda"
-            if cuda:
                 start = torch.cuda.Event(enable_timing=True)
                 start.record()
             else:
@@ -173,7 +175,7 @@ class _Timer:
             try:
                 return fn(runner, *args, **kwargs)
             finally:
-                if cuda:
+                if mode == "cuda":
                     end = torch.cuda.Event(enable_timing=True)
                     end.record()
                     timer.pending.append((start, end))
@@ -188,21 +190,21 @@ class _Timer:
         return wrapper
 
 
-def _is_ours(runner) -> bool:
+def _timing_mode(runner) -> str:
+    """"cuda" / "cpu" where this runner should time its steps, "" where not: not our proposer,
+    not tensor-parallel rank 0, or no table from a front-end."""
     from .proposers.dflash import DFlashProposer
 
-    if not isinstance(getattr(runner, "drafter", None), DFlashProposer):
-        return False
-    rank = getattr(runner, "_dflash_rank0", None)
-    if rank is None:
-        try:
-            from vllm.distributed import get_tensor_model_parallel_rank
+    if not isinstance(getattr(runner, "drafter", None), DFlashProposer) or _writer() is None:
+        return ""
+    try:
+        from vllm.distributed import get_tensor_model_parallel_rank
 
-            rank = get_tensor_model_parallel_rank() == 0
-        except Exception:
-            rank = True
-        runner._dflash_rank0 = rank
-    return rank
+        if get_tensor_model_parallel_rank() != 0:
+            return ""
+    except Exception:  # no distributed state (single process)
+        pass
+    return "cuda" if runner.device.type == "cuda" else "cpu"
 
 
 def install_runner_timers(runner_module) -> None:

@@ -201,6 +201,13 @@ def compare(a: dict, b: dict) -> str:
     return "\n".join(lines)
 
 
+def _save(plt, fig, path: str) -> str:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def plots(result: dict, prefix: str) -> list[str]:
     """Three PNGs: speed-up vs concurrency, acceptance (histogram + prefix survival), time split."""
     import matplotlib
@@ -228,10 +235,7 @@ def plots(result: dict, prefix: str) -> list[str]:
         ax.set_ylabel("speed-up over no speculation (tok/s ratio)")
         ax.set_title(f"prompt set: {ps}")
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    files.append(prefix + "_speedup.png")
-    fig.savefig(files[-1], dpi=110)
-    plt.close(fig)
+    files.append(_save(plt, fig, prefix + "_speedup.png"))
 
     ps = sets[0]
     spec_methods = [m for m in methods if any(c.get("accepted_hist") for c in cells if c["method"] == m)]
@@ -260,10 +264,7 @@ def plots(result: dict, prefix: str) -> list[str]:
         ax2.set_ylim(0, 1.02)
         ax2.set_title(f"prefix survival, {main}, {ps}")
         ax2.legend(fontsize=8)
-        fig.tight_layout()
-        files.append(prefix + "_acceptance.png")
-        fig.savefig(files[-1], dpi=110)
-        plt.close(fig)
+        files.append(_save(plt, fig, prefix + "_acceptance.png"))
 
     concs = sorted({c["concurrency"] for c in cells if c["prompt_set"] == ps})
     allm = ["none", *methods]
@@ -291,10 +292,7 @@ def plots(result: dict, prefix: str) -> list[str]:
     ax.set_ylabel("ms per engine step")
     ax.set_title(f"step time split (T_v verify, T_d draft, T_o other), {ps}")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    files.append(prefix + "_time_split.png")
-    fig.savefig(files[-1], dpi=110)
-    plt.close(fig)
+    files.append(_save(plt, fig, prefix + "_time_split.png"))
     return files
 
 

@@ -168,7 +168,7 @@ def run(args) -> dict:
         for m, mc in methods.items():
             cfg = {"model": args.target, "engine": kw, "sync_timers": True, **mc}
             workers[m] = Worker(m, cfg, os.path.join(args.log_dir, f"{m}.log"))
-            warm = [{"prompt_token_ids": ids, "max_tokens": 16, "stop_token_ids": eos}
+            warm = [{"prompt_token_ids": ids, "max_tokens": 16, "stop_token_ids": eos, "ignore_eos": False}
                     for ids in prompts[cells[0][0]][1][:4]]
             workers[m].call({"cmd": "run", "requests": warm, "concurrency": 2})
             info[m] = {"speculative_config": mc["speculative_config"], "native": bool(mc.get("native")),

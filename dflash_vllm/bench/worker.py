@@ -26,8 +26,9 @@ def closed_loop(engine, requests: list[dict], concurrency: int, timers: dict | N
     them, minus HTTP: TTFT = first output after the request was added; ITL = gap between
     successive outputs of a request (a speculative step can deliver several tokens at once,
     as a streamed chunk does)."""
-    from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
+
+    from ..harness import sampling_params
 
     todo = list(range(len(requests)))
     todo.reverse()
@@ -41,12 +42,7 @@ def closed_loop(engine, requests: list[dict], concurrency: int, timers: dict | N
         while todo and len(inflight) < concurrency:
             i = todo.pop()
             r = requests[i]
-            params = SamplingParams(
-                max_tokens=r["max_tokens"], temperature=r.get("temperature", 0.0), top_p=r.get("top_p", 1.0),
-                seed=r.get("seed"), stop_token_ids=r.get("stop_token_ids"), ignore_eos=r.get("ignore_eos", False),
-                detokenize=False,
-            )
-            engine.add_request(str(i), TokensPrompt(prompt_token_ids=r["prompt_token_ids"]), params)
+            engine.add_request(str(i), TokensPrompt(prompt_token_ids=r["prompt_token_ids"]), sampling_params(r))
             inflight.add(i)
             added[i], n_out[i] = time.perf_counter(), 0
         running = len(inflight)
