@@ -6,5 +6,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 exec .venv/bin/dflash-vllm serve deploy/demo/target \
   --speculative-config "$(cat deploy/configs/demo.json)" \
-  --host 127.0.0.1 --port "${PORT:-8000}" --served-model-name demo \
+  --host "${HOST:-127.0.0.1}" --port "${PORT:-8000}" --served-model-name demo \
   --dtype float32 --max-model-len 1024 --gpu-memory-utilization 0.3 --enforce-eager "$@"

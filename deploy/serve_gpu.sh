@@ -5,4 +5,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 exec dflash-vllm serve Qwen/Qwen3-8B \
   --speculative-config "$(cat deploy/configs/qwen3-8b-dflash-b16.json)" \
-  --host 0.0.0.0 --port "${PORT:-8000}" --max-num-seqs "${MAX_NUM_SEQS:-32}" "$@"
+  --host "${HOST:-127.0.0.1}" --port "${PORT:-8000}" --max-num-seqs "${MAX_NUM_SEQS:-32}" "$@"

@@ -13,5 +13,5 @@ export VLLM_CPU_OMP_THREADS_BIND=${VLLM_CPU_OMP_THREADS_BIND:-0|1}
 exec .venv/bin/dflash-vllm serve deploy/demo/target \
   --speculative-config "$(cat deploy/configs/demo.json)" \
   --distributed-executor-backend ray --tensor-parallel-size "$TP" \
-  --host 127.0.0.1 --port "${PORT:-8000}" --served-model-name demo \
+  --host "${HOST:-127.0.0.1}" --port "${PORT:-8000}" --served-model-name demo \
   --dtype float32 --max-model-len 1024 --kv-cache-memory-bytes 268435456 --enforce-eager "$@"

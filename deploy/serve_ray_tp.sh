@@ -9,4 +9,4 @@ TP=${TP:-2}
 exec dflash-vllm serve Qwen/Qwen3-8B \
   --speculative-config "$(cat "$(dirname "$0")/configs/qwen3-8b-dflash-b16.json")" \
   --distributed-executor-backend ray --tensor-parallel-size "$TP" \
-  --host 0.0.0.0 --port "${PORT:-8000}" "$@"
+  --host "${HOST:-127.0.0.1}" --port "${PORT:-8000}" "$@"

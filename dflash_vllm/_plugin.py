@@ -1,6 +1,8 @@
 """What the ``vllm.general_plugins`` entry point installs, once per process.
 
-- our drafter model for the ``DFlashDraftModel`` architecture (vLLM's ModelRegistry);
+- our drafter model for the ``DFlashDraftModel`` architecture (vLLM's ModelRegistry), for
+  engines where our proposer runs; vLLM's own class everywhere else (runner_choice.py);
+- Model Runner V1 pinned for our DFlash engines where vLLM would pick V2 (runner_choice.py);
 - our KV-injection backend as vLLM's CUSTOM attention backend;
 - our proposer in place of vLLM's native one, patched into the model runner when (and if)
   that module is imported, so front-end processes never import it;
@@ -11,6 +13,8 @@
   pairing fails with one line before any engine process starts.
 
 ``DFLASH_VLLM_NATIVE=1`` skips all of it: vLLM's built-in DFlash runs on the same weights.
+Every patch is listed, with its target asserted before use, in patches.py; on a vLLM outside
+``patches.SUPPORTED_VLLM`` none is applied and a DFlash engine is refused with one line.
 """
 
 from __future__ import annotations
@@ -36,16 +40,23 @@ def register() -> None:
     if _done:
         return
     _done = True
+    from . import patches, runner_choice  # every patch below is in patches.PATCHES
+
+    refusal = patches.unsupported_vllm()
+    if refusal is not None:  # an untested vLLM: no patch at all; a DFlash engine is refused
+        _install_preflight(validate=False, refusal=None if native_requested() else refusal)
+        return
+    _when_imported(_RUNNER_MODULE, _on_runner_import)
     if native_requested():
         _install_preflight(validate=False)
         return
 
-    from vllm.model_executor.models.registry import ModelRegistry
     from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
 
-    ModelRegistry.register_model("DFlashDraftModel", "dflash_vllm.models.drafter:DFlashDrafterModel")
+    runner_choice.register_drafter()  # DFlashDraftModel: ours under V1, vLLM's own otherwise
+    _when_imported("vllm.config.vllm", runner_choice.install_pin)  # V1 pinned for our DFlash
+    patches.require("attention-backend")
     register_backend(AttentionBackendEnum.CUSTOM, "dflash_vllm.attention.backend.DFlashAttentionBackend")
-    _when_imported(_RUNNER_MODULE, _patch_runner)
     _when_imported("vllm.utils.cpu_triton_utils", _patch_cpu_kernels)
     _when_imported("vllm.v1.executor.abstract", _patch_executor_selection)
     _install_preflight(validate=True)
@@ -60,15 +71,28 @@ def _log(msg: str, *args) -> None:
     logger.info(msg, *args)
 
 
+def _on_runner_import(module) -> None:
+    # vLLM defect fixes apply whichever DFlash runs (and without speculation): see fixes/.
+    if os.environ.get("DFLASH_VLLM_NO_SEED_FIX", "0") in ("", "0"):
+        from .fixes import cpu_seeded_chunks
+
+        cpu_seeded_chunks.install(module)
+    if not native_requested():
+        _patch_runner(module)
+
+
 def _patch_runner(module) -> None:
+    from . import patches
     from .proposers.dflash import DFlashProposer
 
+    patches.require("proposer", module)
     if module.DFlashProposer is DFlashProposer:
         return
     module.DFlashProposer = DFlashProposer  # the runner constructs and isinstance-checks this name
     if os.environ.get("DFLASH_VLLM_STEP_METRICS", "1") not in ("0", "false", "False"):
         from . import metrics
 
+        patches.require("step-timers", module)
         metrics.install_runner_timers(module)
     _log(
         "dflash-vllm %s active: proposer dflash_vllm.proposers.dflash.DFlashProposer, "
@@ -78,15 +102,20 @@ def _patch_runner(module) -> None:
 
 
 def _patch_cpu_kernels(module) -> None:
+    from . import patches
     from .fixes import cpu_expand
 
+    if module.__name__ == "vllm.utils.cpu_triton_utils":  # vLLM's module (tests pass stand-ins)
+        patches.require("cpu-expand", module)
     cpu_expand.install(module)
 
 
 def _patch_executor_selection(module) -> None:
     """``distributed_executor_backend="ray"`` on the CPU platform -> fixes.ray_cpu.CpuRayExecutor
     (imported, with Ray, only then)."""
-    executor = module.Executor
+    from . import patches
+
+    executor = patches.require("ray-cpu-executor", module)
     original = executor.get_class
     if getattr(original, "_dflash_ray_cpu", False):
         return
@@ -107,14 +136,22 @@ def _patch_executor_selection(module) -> None:
     executor.get_class = staticmethod(get_class)
 
 
-def _install_preflight(validate: bool) -> None:
-    from vllm.engine.arg_utils import EngineArgs
+def _install_preflight(validate: bool, refusal: str | None = None) -> None:
+    from . import patches, runner_choice
 
+    EngineArgs = patches.require("preflight")  # noqa: N806
     original = EngineArgs.create_engine_config
     if getattr(original, "_dflash_preflight", False):
         return
 
     def create_engine_config(self, *args, **kwargs):
+        from .adaptive import pop_config_key
+
+        pop_config_key(self)  # "dflash_fixed_k": vLLM's SpeculativeConfig rejects unknown keys
+        if refusal is not None and _spec_get(self.speculative_config, "method") == "dflash":
+            from .config import DFlashConfigError
+
+            raise DFlashConfigError(refusal)
         if validate:  # before vLLM resolves the drafter path (its own error is a page long)
             _precheck_drafter_path(self.speculative_config)
         config = original(self, *args, **kwargs)
@@ -122,10 +159,17 @@ def _install_preflight(validate: bool) -> None:
         if spec is not None and spec.method == "dflash":
             if validate:
                 preflight(config)
-                from . import metrics
+                handover = runner_choice.handover_line(config)  # V2 runs: vLLM's own DFlash
+                if handover is not None:
+                    _log("%s", handover)
+                else:
+                    if runner_choice.vllm_picks_v2(config):
+                        _log("dflash-vllm %s: Model Runner V1 pinned for this DFlash engine (vLLM would pick V2, "
+                             "which never runs our proposer; see README 'On CUDA')", __version__)
+                    from . import metrics
 
-                metrics.export()  # draft/verify time on /metrics (see metrics.py)
-            else:
+                    metrics.export()  # draft/verify time on /metrics (see metrics.py)
+            elif refusal is None:
                 _log("dflash-vllm %s: DFLASH_VLLM_NATIVE=1, vLLM's built-in DFlash stays in charge", __version__)
         return config
 
@@ -133,14 +177,22 @@ def _install_preflight(validate: bool) -> None:
     EngineArgs.create_engine_config = create_engine_config
 
 
+def _spec_get(spec, key):
+    if spec is None:
+        return None
+    return spec.get(key) if isinstance(spec, dict) else getattr(spec, key, None)
+
+
 def _precheck_drafter_path(spec) -> None:
     if spec is None:
         return
+    from .config import DrafterConfig, check_drafter_weights, check_speculative_config
+
+    if isinstance(spec, dict):
+        check_speculative_config(spec)
     get = spec.get if isinstance(spec, dict) else lambda k, d=None: getattr(spec, k, d)
     if get("method") == "dflash" and get("model"):
-        from .config import DrafterConfig
-
-        DrafterConfig.from_pretrained(get("model"))
+        check_drafter_weights(DrafterConfig.from_pretrained(get("model")))
 
 
 def preflight(vllm_config) -> None:

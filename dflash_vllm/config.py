@@ -240,3 +240,83 @@ def validate_pair(
             f"target architecture {target_architectures} cannot expose intermediate hidden states in vLLM "
             "(it does not implement SupportsEagle3); DFlash needs a Qwen3/LLaMA-style target"
         )
+
+
+def check_drafter_weights(drafter: DrafterConfig) -> None:
+    """Open every weights file of the drafter (headers only: no tensor is read) and check the
+    tensors against ``config.json``: a truncated, empty or garbled file, a missing tensor or a
+    shape the config does not predict fails here in one line, not ~1 minute later inside the
+    engine. The expected layout is the PyTorch drafter's (``modeling.py``), built on the meta
+    device, so this check and the checkpoint writer cannot drift apart."""
+    import torch
+    from safetensors import SafetensorError, safe_open
+
+    from .modeling import DFlashDrafter
+
+    path = drafter.path
+    files = sorted(n for n in os.listdir(path) if n.endswith(".safetensors"))
+    if not files:  # .bin only: the engine's loader reads those; nothing to open cheaply here
+        return
+    found: dict[str, list[int]] = {}
+    for name in files:
+        file = os.path.join(path, name)
+        try:
+            with safe_open(file, "pt") as f:
+                for key in f.keys():
+                    found[key.removeprefix("model.")] = list(f.get_slice(key).get_shape())
+        except (SafetensorError, OSError) as e:
+            raise DFlashConfigError(
+                f"drafter weights {file} cannot be read ({e}); the file is truncated or not safetensors: "
+                "copy or re-export it"
+            ) from None
+    with torch.device("meta"):
+        expected = {k: list(v.shape) for k, v in DFlashDrafter(drafter).state_dict().items()}
+    for key in ("embed_tokens.weight", "lm_head.weight"):  # the target's are used
+        found.pop(key, None)
+    missing = sorted(set(expected) - set(found))
+    if missing:
+        raise DFlashConfigError(
+            f"drafter weights in {path} lack {len(missing)} tensors (e.g. {missing[0]}); the checkpoint is "
+            "incomplete: copy all of it"
+        )
+    unexpected = sorted(set(found) - set(expected))
+    if unexpected:
+        raise DFlashConfigError(
+            f"drafter weights in {path} hold tensors this config does not describe (e.g. {unexpected[0]}); "
+            "config.json and the weights come from different checkpoints"
+        )
+    for key, shape in expected.items():
+        if found[key] != shape:
+            raise DFlashConfigError(
+                f"drafter tensor {key} has shape {found[key]} but {path}/config.json implies {shape}; "
+                "config.json and the weights come from different checkpoints"
+            )
+
+
+def check_speculative_config(spec: dict[str, Any]) -> None:
+    """The speculative-config mistakes vLLM would answer with a page of validation traceback,
+    as one line naming the fix (only keys that are present are checked)."""
+    import difflib
+    import typing
+
+    try:
+        from vllm.config.speculative import DraftSampleMethod, SpeculativeMethod
+    except ImportError:  # another vLLM layout: leave validation to vLLM
+        return
+    methods = [m for arg in typing.get_args(SpeculativeMethod) for m in (typing.get_args(arg) or (arg,))]
+    method = spec.get("method")
+    if method is not None and method not in methods:
+        close = difflib.get_close_matches(str(method), methods, n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"use one of {sorted(methods)}"
+        raise DFlashConfigError(f"speculative config: unknown method {method!r}; {hint}")
+    k = spec.get("num_speculative_tokens")
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+        raise DFlashConfigError(
+            f"speculative config: num_speculative_tokens={k!r}; set it to a whole number >= 1 "
+            "(to run without speculation, leave out --speculative-config)"
+        )
+    sample = spec.get("draft_sample_method")
+    if sample is not None and sample not in typing.get_args(DraftSampleMethod):
+        raise DFlashConfigError(
+            f"speculative config: draft_sample_method={sample!r}; use one of {list(typing.get_args(DraftSampleMethod))}"
+        )

@@ -9,7 +9,10 @@ vLLM already exports drafts, draft tokens and accepted tokens (in total and per 
 - ``dflash:verify_time_seconds`` (histogram): the target's forward over the verified blocks per
   engine step (``execute_model``);
 - ``dflash:mean_acceptance_length`` (gauge): tau = 1 + accepted / drafts over the server's
-  lifetime, from vLLM's counters at scrape time.
+  lifetime, from vLLM's counters at scrape time;
+- ``dflash:submitted_draft_tokens`` (histogram, buckets 0..K): drafts each decoding request
+  submitted for verification per engine step, as the adaptive policy chose them (0 included,
+  which vLLM's own spec-decode counters never see).
 
 The times are measured where the model runs (the engine-core or rank-0 worker process) and
 read where ``/metrics`` is served (the API server): when the front-end makes a DFlash engine
@@ -32,7 +35,9 @@ ENV = "DFLASH_VLLM_STEP_TIMES"
 BUCKETS = (0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1.024, 2.048)
 KINDS = ("draft", "verify")
 _SLOTS = len(BUCKETS) + 3  # per kind: one count per bucket, +Inf, sum, count
-_SIZE = 8 * _SLOTS * len(KINDS)
+_MAX_LEN = 63  # submitted draft lengths 0.._MAX_LEN (K is at most the drafter's block_size - 1)
+_LEN_BASE = 8 * _SLOTS * len(KINDS)  # then: K, one count per length 0.._MAX_LEN
+_SIZE = _LEN_BASE + 8 * (_MAX_LEN + 2)
 
 
 class StepTimeTable:
@@ -74,6 +79,19 @@ class StepTimeTable:
         vals = struct.unpack_from(f"{_SLOTS}d", self.buf, self._at(k, 0))
         return list(vals[: len(BUCKETS) + 1]), vals[-2], vals[-1]
 
+    def observe_lengths(self, counts) -> None:
+        """counts[j] = requests that submitted j drafts this step (j = 0..K)."""
+        k = min(len(counts) - 1, _MAX_LEN)
+        struct.pack_into("d", self.buf, _LEN_BASE, float(k))
+        for j in range(k + 1):
+            if counts[j]:
+                self._add(_LEN_BASE + 8 * (1 + j), float(counts[j]))
+
+    def read_lengths(self) -> list[float]:
+        """[count of length 0, ..., count of length K] ([] before any draft step)."""
+        vals = struct.unpack_from(f"{_MAX_LEN + 2}d", self.buf, _LEN_BASE)
+        return list(vals[1 : int(vals[0]) + 2]) if any(vals[1:]) else []
+
 
 class _Collector:
     def __init__(self, table: StepTimeTable):
@@ -95,6 +113,13 @@ class _Collector:
                 cum.append((ub, acc))
             h = HistogramMetricFamily(f"dflash:{kind}_time_seconds", what)
             h.add_metric([], cum, total)
+            yield h
+        lengths = self.table.read_lengths()
+        if lengths:
+            h = HistogramMetricFamily("dflash:submitted_draft_tokens",
+                                      "Drafts submitted for verification per request per engine step (DFlash)")
+            cum = [(str(j), float(sum(lengths[: j + 1]))) for j in range(len(lengths))]
+            h.add_metric([], [*cum, ("+Inf", float(sum(lengths)))], float(sum(j * c for j, c in enumerate(lengths))))
             yield h
         if self._busy:  # collecting vLLM's counters below calls us again
             return
@@ -147,6 +172,19 @@ def _writer() -> StepTimeTable | None:
             return None
         _table = StepTimeTable(path)
     return _table
+
+
+def observe_draft_lengths(counts) -> None:
+    """In the process running the model (rank 0): one step's submitted draft lengths."""
+    table = _writer()
+    if table is not None:
+        table.observe_lengths(counts)
+
+
+def read_draft_lengths() -> list[float]:
+    """Where the table is at hand (front-end, or an in-process engine): the lengths so far."""
+    table = _table or _writer()
+    return table.read_lengths() if table is not None else []
 
 
 class _Timer:

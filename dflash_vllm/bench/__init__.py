@@ -5,9 +5,10 @@
     dflash-vllm bench compare A.json B.json        # B relative to A, cell by cell
     dflash-vllm bench plot RESULT.json             # (re)draw the PNGs
 
-Defaults: the shipped demo pair; methods none, ours, native (vLLM's own DFlash on the same
-weights), ngram (+ eagle3 with --eagle3 PATH); concurrency 1..64; prompt sets tasks, code, chat
-swept over concurrency, plus one column per task family at concurrency 1 (Table 1 style).
+Defaults: the shipped demo pair; methods none, ours (K = --k), ours@adaptive (adaptive drafting), ours@k=1,3,7,15 (K
+pinned), native (vLLM's own DFlash on the same weights), ngram (+ eagle3 with --eagle3 PATH);
+concurrency 1..64; prompt sets tasks, code, chat, free swept over concurrency, plus one column
+per task family at concurrency 1 (Table 1 style).
 See bench/README.md for what every number means.
 """
 
@@ -34,12 +35,14 @@ def _run_parser() -> argparse.ArgumentParser:
     ap.add_argument("--drafter", default=DEMO_DRAFTER, help="DFlash drafter (dir or HF repo id)")
     ap.add_argument("--k", type=int, default=15, help="DFlash drafts per step (num_speculative_tokens)")
     ap.add_argument("--draft-sample-method", default=None, help="e.g. probabilistic (for --temperature > 0)")
-    ap.add_argument("--methods", default="none,ours,native,ngram")
+    ap.add_argument("--methods", default="none,ours,ours@adaptive,ours@k=1,3,7,native,ngram",
+                    help="ours = K drafts per step (--k); ours@adaptive = adaptive drafting (K up to --k); "
+                         "ours@k=N pins K=N (ours@k=1,3,7,15: several)")
     ap.add_argument("--ngram-k", type=int, default=4)
     ap.add_argument("--eagle3", default=None, help="an EAGLE-3 drafter to add as a method")
     ap.add_argument("--eagle3-k", type=int, default=3)
     ap.add_argument("--concurrency", default="1,2,4,8,16,32,64")
-    ap.add_argument("--prompt-sets", default="tasks,code,chat", help="swept over concurrency; NAME=PATH for a file")
+    ap.add_argument("--prompt-sets", default="tasks,code,chat,free", help="swept over concurrency; NAME=PATH for a file")
     ap.add_argument("--grid-sets", default="arith,sort,convert,record",
                     help="extra sets at the lowest concurrency only (Table 1 columns)")
     ap.add_argument("--requests", type=int, default=0, help="requests per cell (default max(--min-requests, 2 x conc))")

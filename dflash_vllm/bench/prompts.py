@@ -6,6 +6,8 @@ tests' data):
   tasks                                 the four non-code families mixed
   chat                                  chat-like: two earlier user/assistant turns from other
                                         families, then a new question (longer, mixed context)
+  free                                  freely phrased requests written by hand, in no task
+                                        template (the drafter's hard case: tau near 1)
 A file gives a custom set: NAME=PATH, PATH a .jsonl of {"prompt": str} or {"messages": [...]}
 lines, or a text file with one prompt per line (the way to benchmark a real target).
 """
@@ -17,7 +19,43 @@ import random
 
 from ..training.tasks import FAMILIES, make_samples
 
-BUILTIN = (*FAMILIES, "tasks", "chat")
+BUILTIN = (*FAMILIES, "tasks", "chat", "free")
+
+# Written for the benchmark, not generated from training/tasks.py: the kind of thing people type.
+FREE = (
+    "hey, what's 12 plus 30?",
+    "Can you tell me a bit about yourself?",
+    "I have three cats and my neighbour has two dogs. How many pets is that altogether?",
+    "Write a haiku about the sea.",
+    "Which is bigger, 0.5 or 0.45? Explain briefly.",
+    "What should I cook tonight if I only have eggs, rice and an onion?",
+    "please sort these for me: banana, apple, cherry",
+    "How far is it from Paris to Rome, roughly?",
+    "Explain what a list is in Python to a child.",
+    "My train leaves at 7:40 and the trip takes 95 minutes. When do I arrive?",
+    "Give me three tips for sleeping better.",
+    "Translate 'good morning' into Spanish and French.",
+    "what is the capital of Peru",
+    "Summarise the plot of Romeo and Juliet in two sentences.",
+    "Is 91 a prime number?",
+    "Write a short, polite email declining a meeting on Friday.",
+    "How many minutes are there in a week?",
+    "Tell me a joke about computers.",
+    "Why is the sky blue?",
+    "I'm 1.8 metres tall. How much is that in feet?",
+    "List some fruits that are red.",
+    "Could you write a function that reverses a string?",
+    "What's the difference between weather and climate?",
+    "Recommend a name for a small grey kitten.",
+    "If I save 15 dollars a week, how long until I have 200?",
+    "Describe your ideal weekend in three sentences.",
+    "What does 'ephemeral' mean?",
+    "Count backwards from 10 to 1.",
+    "How do I boil an egg so the yolk stays soft?",
+    "Turn this into a bullet list: milk, bread, tea, soap.",
+    "Who wrote Don Quixote?",
+    "What's 7 times 8, and how can I remember it?",
+)
 _SEED = 707
 
 
@@ -26,6 +64,8 @@ def _messages(name: str, n: int) -> list[list[dict]]:
         return [[{"role": "user", "content": s.prompt}] for s in make_samples(n, _SEED + FAMILIES.index(name), (name,))]
     if name == "tasks":
         return [[{"role": "user", "content": s.prompt}] for s in make_samples(n, _SEED + 10, FAMILIES[:4])]
+    if name == "free":
+        return [[{"role": "user", "content": FREE[i % len(FREE)]}] for i in range(n)]
     if name == "chat":
         r = random.Random(_SEED + 20)
         pool = make_samples(3 * n, _SEED + 21)

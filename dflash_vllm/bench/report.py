@@ -54,6 +54,13 @@ def summarize(runs: list[dict], k: int | None) -> dict:
                        "itl_p50": _ms(_pct(itl, 50)), "itl_p99": _ms(_pct(itl, 99)),
                        "tpot_p50": _ms(_pct(tpot, 50)), "tpot_p99": _ms(_pct(tpot, 99))},
     }
+    sub = [r["submitted_hist"] for r in runs if r.get("submitted_hist")]
+    if sub:  # drafts submitted per decoding request per step, 0 included (the adaptive policy's choice)
+        width = max(len(h) for h in sub)
+        hist = [sum(h[j] for h in sub if j < len(h)) for j in range(width)]
+        n_sub = sum(hist)
+        out["submitted_hist"] = hist
+        out["mean_submitted_k"] = round(sum(j * c for j, c in enumerate(hist)) / n_sub, 3) if n_sub else None
     if k and acc:
         hist = [0] * (k + 1)
         for a in acc:
@@ -156,6 +163,7 @@ def tables(result: dict) -> str:
                              f"{_fmt(e.get('predicted_speedup'))} | {_fmt(c.get('speedup'))} | "
                              f"{_fmt(lat['ttft_p50'], '.1f')}/{_fmt(lat['ttft_p99'], '.1f')} | "
                              f"{_fmt(lat['itl_p50'], '.1f')}/{_fmt(lat['itl_p99'], '.1f')} |")
+    lines.extend(adaptive_tables(result))
     mem = {m: v.get("memory") for m, v in result["methods"].items() if v.get("memory")}
     if mem:
         lines.append("\nMemory (MiB): drafter weights not shared with the target; KV cache held by drafter layers / target layers\n")
@@ -169,6 +177,57 @@ def tables(result: dict) -> str:
         lines.append("\nWARNING: outputs differ from no speculation (greedy) in: " +
                      ", ".join(f"{c['method']}@{c['prompt_set']}/c{c['concurrency']} ({c['identical_to_no_spec']:.2f})" for c in bad))
     return "\n".join(lines)
+
+
+def _fixed_k(method: str) -> int | None:
+    return int(method.split("=", 1)[1]) if method.startswith("ours@k=") else None
+
+
+def adaptive_check(result: dict) -> list[dict]:
+    """Per cell where `ours@adaptive` and `none` ran: adaptive / none and adaptive / the best fixed-K
+    `ours@k=N` of the same cell, against the goals 0.97 and 0.95."""
+    cells = result["cells"]
+    rows = []
+    for c in cells:
+        if c["method"] != "ours@adaptive":
+            continue
+        ps, conc = c["prompt_set"], c["concurrency"]
+        b = _cell(cells, "none", ps, conc)
+        fixed = [x for x in cells if x["prompt_set"] == ps and x["concurrency"] == conc and x.get("output_tokens_per_s")
+                 and (_fixed_k(x["method"]) is not None or x["method"] == "ours")]  # ours: K = --k
+        best = max(fixed, key=lambda x: x["output_tokens_per_s"], default=None)
+        ours = c.get("output_tokens_per_s")
+        vs_none = round(ours / b["output_tokens_per_s"], 3) if ours and b and b.get("output_tokens_per_s") else None
+        vs_best = round(ours / best["output_tokens_per_s"], 3) if ours and best else None
+        rows.append({"prompt_set": ps, "concurrency": conc, "vs_none": vs_none, "best_fixed": best and best["method"],
+                     "vs_best_fixed": vs_best, "mean_submitted_k": c.get("mean_submitted_k"),
+                     "ok": (vs_none is None or vs_none >= 0.97) and (vs_best is None or vs_best >= 0.95)})
+    return rows
+
+
+def adaptive_tables(result: dict) -> list[str]:
+    cells = result["cells"]
+    lines = []
+    with_hist = [c for c in cells if c.get("submitted_hist")]
+    if with_hist:
+        lines.append("\nSubmitted drafts per request per step (0 included): mean K and histogram counts j = 0..K\n")
+        lines.append("| prompt set | concurrency | method | mean K | histogram |")
+        lines.append("|---|---|---|---|---|")
+        for c in with_hist:
+            lines.append(f"| {c['prompt_set']} | {c['concurrency']} | {c['method']} | {_fmt(c.get('mean_submitted_k'))} | "
+                         + " ".join(str(x) for x in c["submitted_hist"]) + " |")
+    rows = adaptive_check(result)
+    if rows:
+        lines.append("\nAdaptive drafting vs no speculation (goal >= 0.97) and vs the best fixed K of the cell (goal >= 0.95)\n")
+        lines.append("| prompt set | concurrency | adaptive / none | best fixed K | adaptive / best fixed | mean K | ok |")
+        lines.append("|---|---|---|---|---|---|---|")
+        for r in rows:
+            lines.append(f"| {r['prompt_set']} | {r['concurrency']} | {_fmt(r['vs_none'], '.3f')} | {r['best_fixed'] or '-'} | "
+                         f"{_fmt(r['vs_best_fixed'], '.3f')} | {_fmt(r['mean_submitted_k'])} | {'yes' if r['ok'] else 'NO'} |")
+        bad = [r for r in rows if not r["ok"]]
+        lines.append(f"\n{len(rows) - len(bad)} of {len(rows)} cells meet both goals" +
+                     (": misses " + ", ".join(f"{r['prompt_set']}/c{r['concurrency']}" for r in bad) if bad else ""))
+    return lines
 
 
 def compare(a: dict, b: dict) -> str:

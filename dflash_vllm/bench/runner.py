@@ -61,6 +61,25 @@ class Worker:
         self.log.close()
 
 
+FIXED_PREFIX = "ours@k="
+
+
+def parse_methods(spec: str) -> list[str]:
+    """"none,ours,ours@k=1,3,7,15,native" -> none, ours, ours@k=1, ours@k=3, ours@k=7, ours@k=15,
+    native: bare numbers after an ``ours@k=N`` entry are more fixed-K variants."""
+    out: list[str] = []
+    for tok in (t.strip() for t in spec.split(",")):
+        if not tok:
+            continue
+        if tok.isdigit() and out and out[-1].startswith(FIXED_PREFIX):
+            tok = FIXED_PREFIX + tok
+        if tok.startswith(FIXED_PREFIX) and not tok[len(FIXED_PREFIX):].isdigit():
+            raise SystemExit(f"dflash-vllm bench: bad method {tok!r}: use ours@k=N (N = 0, 1, ...)")
+        if tok not in out:
+            out.append(tok)
+    return out
+
+
 def method_configs(args) -> dict[str, dict]:
     dflash = {"method": "dflash", "model": args.drafter, "num_speculative_tokens": args.k}
     if args.draft_sample_method:
@@ -68,6 +87,7 @@ def method_configs(args) -> dict[str, dict]:
     table = {
         "none": {"speculative_config": None},
         "ours": {"speculative_config": dflash},
+        "ours@adaptive": {"speculative_config": {**dflash, "dflash_adaptive": True}},
         "native": {"speculative_config": dict(dflash), "native": True},
         "ngram": {"speculative_config": {"method": "ngram", "num_speculative_tokens": args.ngram_k,
                                          "prompt_lookup_max": 4, "prompt_lookup_min": 2}},
@@ -75,7 +95,13 @@ def method_configs(args) -> dict[str, dict]:
     if args.eagle3:
         table["eagle3"] = {"speculative_config": {"method": "eagle3", "model": args.eagle3,
                                                   "num_speculative_tokens": args.eagle3_k}}
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    methods = parse_methods(args.methods)
+    for m in methods:
+        if m.startswith(FIXED_PREFIX):
+            n = int(m[len(FIXED_PREFIX):])
+            # K pinned: the drafter block is N + 1 (as a fixed num_speculative_tokens = N engine
+            # has always run); K = 0 keeps --k slots and skips every drafter forward.
+            table[m] = {"speculative_config": {**dflash, "num_speculative_tokens": n or args.k, "dflash_fixed_k": n}}
     if args.eagle3 and "eagle3" not in methods:
         methods.append("eagle3")
     unknown = [m for m in methods if m not in table]
@@ -198,7 +224,7 @@ def run(args) -> dict:
             w.close()
     out_cells = []
     for (name, c, m), runs in raw.items():
-        k = (methods[m]["speculative_config"] or {}).get("num_speculative_tokens")
+        k = (methods[m]["speculative_config"] or {}).get("num_speculative_tokens")  # K_max: the histogram's width
         cell = {"prompt_set": name, "concurrency": c, "method": m, **report.summarize(runs, k)}
         if args.temperature == 0 and m != "none":
             base = raw[(name, c, "none")]
@@ -207,7 +233,7 @@ def run(args) -> dict:
             cell["identical_to_no_spec"] = round(same / sum(len(r["outputs"]) for r in runs), 4)
         out_cells.append(cell)
     report.add_ratios(out_cells)
-    return {
+    result = {
         "what": "dflash-vllm bench: closed-loop engine throughput/latency per method x concurrency x prompt set",
         "config": {"target": args.target, "drafter": args.drafter, "k": args.k, "methods": list(methods),
                    "concurrency": concs, "prompt_sets": sweep_sets, "grid_sets": grid_sets,
@@ -218,3 +244,5 @@ def run(args) -> dict:
         "methods": info,
         "cells": out_cells,
     }
+    result["adaptive_check"] = report.adaptive_check(result)  # [] without `ours` in the run
+    return result

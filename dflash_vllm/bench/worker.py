@@ -115,6 +115,7 @@ def main() -> int:
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     from vllm import LLM
 
+    from .. import metrics
     from ..harness import _install_step_timers
 
     timers = _install_step_timers(sync=cfg.get("sync_timers", False))
@@ -131,7 +132,12 @@ def main() -> int:
             break
         try:
             if cmd["cmd"] == "run":
+                before = metrics.read_draft_lengths()
                 res = closed_loop(llm.llm_engine, cmd["requests"], cmd["concurrency"], timers)
+                after = metrics.read_draft_lengths()
+                if after:  # drafts submitted per request per step (0 included), this run only
+                    before = before + [0.0] * (len(after) - len(before))
+                    res["submitted_hist"] = [int(a - b) for a, b in zip(after, before)]
             elif cmd["cmd"] == "memory":
                 res = memory_report(llm)
             else:

@@ -10,6 +10,11 @@ Per step, for the batch the target just verified:
    token the target just sampled;
 3. one drafter forward, the target's LM head on the K mask slots, drafts out.
 
+How many of the K drafts each request submits is chosen per step by ``dflash_vllm.adaptive``
+(model and equation there); a step where every request submits 0 skips the drafter forward
+and defers its context K/V write to the next forward (batched, in step order), so later blocks
+still read the whole context.
+
 vLLM's scheduler, block manager and rejection sampler stay in charge of everything else,
 which is what keeps the add-on correct under continuous batching, chunked prefill, prefix
 caching and preemption: drafter context lives in the same KV blocks as the target's tokens.
@@ -17,6 +22,12 @@ caching and preemption: drafter context lives in the same KV blocks as the targe
 
 from __future__ import annotations
 
+import atexit
+import json
+import os
+import time
+
+import numpy as np
 import torch
 
 from vllm.config import VllmConfig, get_layers_from_vllm_config
@@ -27,9 +38,15 @@ from vllm.model_executor.models.interfaces import supports_multimodal
 from vllm.v1.attention.backend import CommonAttentionMetadata
 from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
 
+from .. import adaptive
 from ..config import DrafterConfig, validate_pair
 
 logger = init_logger("vllm.dflash_vllm.proposer")
+
+
+# Context tokens whose K/V write may wait for the next drafter forward (and the memory their
+# target features may hold meanwhile: 800 tokens for an 8B target with 5 feature layers).
+_MAX_DEFERRED, _MAX_DEFERRED_BYTES = 4096, 32 << 20
 
 
 class DFlashProposer(SpecDecodeBaseProposer):
@@ -49,6 +66,138 @@ class DFlashProposer(SpecDecodeBaseProposer):
         self.mask_token_id = self.drafter_config.mask_token_id
         self.max_query_len = 1 + self.num_speculative_tokens
         self._block_offsets = torch.arange(self.max_query_len, device=device)
+        self._init_policy(vllm_config, runner)
+
+    # -- adaptive drafting (see dflash_vllm/adaptive.py) --------------------------------------
+    def _init_policy(self, vllm_config: VllmConfig, runner) -> None:
+        k_max = self.num_speculative_tokens
+        fixed = adaptive.fixed_k_from_env(k_max)
+        self.num_drafter_forwards = self.num_skipped_forwards = 0
+        self.submitted_hist = np.zeros(k_max + 1, dtype=np.int64)
+        self._pending_k: np.ndarray | None = None
+        self._ctx_pending: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        self._ctx_pending_tokens = 0
+        self._draft_timing: tuple | None = None
+        self._runner = runner
+        # Per-request lengths reach the scheduler only as the lists that take_draft_token_ids
+        # hands it (synchronous scheduling). Under async scheduling vLLM schedules K
+        # placeholder slots per request before our drafts exist, so K stays fixed there.
+        # Neither adaptive drafting nor a pin asked for (the default): K every step, nothing wrapped.
+        default = os.environ.get(adaptive.ENV, "").strip() in ("", "none", "None")
+        self.policy_active = (runner is not None and not vllm_config.scheduler_config.async_scheduling
+                              and not default)
+        # Under tensor parallelism every rank runs the drafter forward (collectives inside) but
+        # measures its own step times: only a pinned K keeps the block length identical on all
+        # ranks, so an adaptive policy there varies the submitted lengths only (rank 0's count).
+        self._same_on_all_ranks = fixed is not None or vllm_config.parallel_config.world_size == 1
+        self.policy = adaptive.AdaptivePolicy(k_max, fixed=fixed)
+        if not self.policy_active:
+            if not default and (fixed is not None or runner is not None):
+                logger.warning("dflash-vllm: async scheduling is on, so every request drafts K=%d every step "
+                               "(adaptive drafting and %s need --no-async-scheduling)", k_max, adaptive.CONFIG_KEY)
+            return
+        runner._bookkeeping_sync = _after(runner._bookkeeping_sync, self._observe_verified)
+        take = runner.take_draft_token_ids
+        runner.take_draft_token_ids = lambda: self._submit(take())
+        self._record_lengths: bool | None = None  # decided at the first step (distributed state is up)
+        if os.environ.get(adaptive.STATS_ENV, "0") not in ("", "0"):
+            atexit.register(lambda: print("dflash-vllm adaptive stats: " + json.dumps(self.stats()), flush=True))
+        logger.info("dflash-vllm: %s", f"drafts pinned to K={fixed}" if fixed is not None else
+                    f"adaptive drafting on (0..{k_max} drafts per request per step)")
+
+    def stats(self) -> dict:
+        return {"drafter_forwards": self.num_drafter_forwards, "skipped_forwards": self.num_skipped_forwards,
+                "submitted_hist": self.submitted_hist.tolist()}
+
+    def _observe_verified(self, result, scheduler_output, *args, **kwargs) -> None:
+        """After vLLM's bookkeeping (host lists already there, no sync added): accepted drafts
+        per request for the drafts verified this step."""
+        valid, id_to_index = result[3], result[6]
+        model = self.policy.acceptance
+        ids, drafted, accepted = [], [], []
+        for rid, toks in scheduler_output.scheduled_spec_decode_tokens.items():
+            i = id_to_index.get(rid)
+            if not toks or toks[0] < 0 or i is None or i >= len(valid) or not valid[i]:
+                continue  # placeholder drafts (-1) or a discarded row
+            ids.append(rid)
+            drafted.append(len(toks))
+            accepted.append(len(valid[i]) - 1)
+        model.observe(ids, drafted, accepted)
+        if scheduler_output.finished_req_ids:
+            model.forget(scheduler_output.finished_req_ids)
+
+    def _submit(self, draft: "DraftTokenIds | None"):
+        """Truncate each request's draft list to its planned length. This is where vLLM already
+        waits for the drafts' device-to-host copy and turns them into Python lists, so per-request
+        lengths cost no extra host sync; the alternative (per-request lengths on the device,
+        padded) would need a sync to tell the scheduler the lengths."""
+        k, self._pending_k = self._pending_k, None
+        if draft is None or k is None or len(k) != len(draft.draft_token_ids):
+            return draft
+        draft.draft_token_ids = [ids[:n] for ids, n in zip(draft.draft_token_ids, k.tolist())]
+        return draft
+
+    def _plan(self, num_reqs: int, num_tokens: int, k_max: int, sampling_metadata) -> int:
+        runner = self._runner
+        now = time.perf_counter()
+        self.policy.on_step(now, num_tokens, num_reqs, self._resolve_draft_time())
+        req_ids = runner.input_batch.req_ids[:num_reqs]
+        is_decode = ~runner.discard_request_mask.np[:num_reqs].astype(bool)  # partial prefills draft nothing
+        seeded = None
+        generators = getattr(sampling_metadata, "generators", None)
+        if generators:
+            seeded = np.zeros(num_reqs, dtype=bool)
+            seeded[[i for i in generators if i < num_reqs]] = True
+        k, q = self.policy.plan(req_ids, is_decode, can_shorten=self._same_on_all_ranks, seeded=seeded)
+        self._pending_k = k
+        lengths = np.bincount(np.minimum(k[is_decode], k_max), minlength=k_max + 1)
+        self.submitted_hist[: len(lengths)] += lengths
+        if self._record_lengths is None:
+            self._record_lengths = _rank0()
+        if self._record_lengths:
+            from .. import metrics
+
+            metrics.observe_draft_lengths(lengths)
+        return q
+
+    def _resolve_draft_time(self) -> float | None:
+        t, self._draft_timing = self._draft_timing, None
+        if t is None:
+            return None
+        kind, a, b, block_tokens = t
+        if kind == "cuda":
+            if not b.query():  # never wait: drop the sample
+                return None
+            seconds = a.elapsed_time(b) / 1e3
+        else:
+            seconds = b - a
+        self.policy.on_draft_time(seconds, block_tokens)
+        return seconds
+
+    def _write_context(self, features, positions, slot_mapping, num_tokens: int, defer: bool) -> None:
+        """Context K/V of the tokens the target just ran. Deferred on steps that skip the drafter
+        forward (a K = 0 step then costs a plain decode step: on CPU the write's ~20 small ops
+        are a fifth of a small model's step) and written, in step order, in one batch before the
+        next block forward: writes land in the same order as if made at once, so a slot reused
+        by another request after its first owner finished ends with the later owner's K/V, and
+        nothing reads drafter context but our block forward. Bounded in tokens and bytes."""
+        pending = self._ctx_pending
+        row_bytes = features.shape[-1] * features.element_size()
+        limit = min(_MAX_DEFERRED, max(256, _MAX_DEFERRED_BYTES // max(row_bytes, 1)))
+        if defer and self._ctx_pending_tokens + num_tokens <= limit:
+            feats = features if features.shape[0] == num_tokens and not features._is_view() else features[:num_tokens].clone()
+            pending.append((feats, positions[:num_tokens].clone(), slot_mapping[:num_tokens].clone()))
+            self._ctx_pending_tokens += num_tokens
+            return
+        features, positions, slot_mapping = features[:num_tokens], positions[:num_tokens], slot_mapping[:num_tokens]
+        if pending:
+            pending.append((features, positions, slot_mapping))
+            features = torch.cat([x[0] for x in pending])
+            positions = torch.cat([x[1] for x in pending])
+            slot_mapping = torch.cat([x[2] for x in pending])
+            pending.clear()
+            self._ctx_pending_tokens = 0
+        self.model.write_context_kv(features, positions, slot_mapping)
 
     # -- loading --------------------------------------------------------------------------
     def load_model(self, target_model: torch.nn.Module) -> None:
@@ -75,16 +224,27 @@ class DFlashProposer(SpecDecodeBaseProposer):
         num_rejected_tokens_gpu: torch.Tensor | None = None,  # [num_reqs]
         slot_mappings=None,
     ) -> torch.Tensor:
-        self.num_speculative_tokens = k = num_speculative_tokens
+        self.num_speculative_tokens = num_speculative_tokens
         self._last_draft_probs = None
         cad = common_attn_metadata
         num_reqs, num_tokens = cad.num_reqs, target_token_ids.shape[0]
 
-        self.model.write_context_kv(
-            target_hidden_states[:num_tokens], target_positions[:num_tokens], cad.slot_mapping[:num_tokens]
-        )
-        if k == 0:
+        k = num_speculative_tokens
+        if k and self.policy_active:
+            k = self._plan(num_reqs, num_tokens, num_speculative_tokens, sampling_metadata)
+        # Every verified token's context K/V is written before any later block reads it; on a
+        # step without a drafter forward the write is deferred and batched with later ones.
+        self._write_context(target_hidden_states, target_positions, cad.slot_mapping, num_tokens, defer=k == 0)
+        if k == 0:  # every request submits 0 drafts: no drafter forward this step
+            self.num_skipped_forwards += 1
             return torch.empty(num_reqs, 0, dtype=torch.int64, device=self.device)
+        self.num_drafter_forwards += 1
+        cuda = self.device.type == "cuda"
+        if cuda:
+            t_start = torch.cuda.Event(enable_timing=True)
+            t_start.record()
+        else:
+            t_start = time.perf_counter()
 
         ctx_lens = cad.seq_lens[:num_reqs]
         if num_rejected_tokens_gpu is not None:
@@ -116,6 +276,12 @@ class DFlashProposer(SpecDecodeBaseProposer):
         draft_ids, draft_probs = self._sample_draft_tokens(mask_hidden, sampling_metadata)
         if draft_probs is not None:
             self._last_draft_probs = draft_probs.view(num_reqs, k, -1)
+        if cuda:  # read back at the next step, when it has long completed: no sync
+            t_end = torch.cuda.Event(enable_timing=True)
+            t_end.record()
+            self._draft_timing = ("cuda", t_start, t_end, num_reqs * q_len)
+        else:
+            self._draft_timing = ("cpu", t_start, time.perf_counter(), num_reqs * q_len)
         return draft_ids.view(num_reqs, k)
 
     def _sample_draft_tokens(self, hidden_states: torch.Tensor, sampling_metadata):
@@ -153,3 +319,29 @@ class DFlashProposer(SpecDecodeBaseProposer):
         num_query = min(num_tokens, self.max_batch_size * self.max_query_len)
         with set_forward_context(None, self.vllm_config, num_tokens=num_query):
             self.model(self.input_ids[:num_query], positions[:num_query])
+
+
+def _after(fn, hook):
+    """fn, then hook(result, *args) (errors in the hook are logged once, never raised)."""
+    failed = []
+
+    def wrapper(*args, **kwargs):
+        result = fn(*args, **kwargs)
+        try:
+            hook(result, *args, **kwargs)
+        except Exception:  # the policy is an optimisation: serving goes on without its update
+            if not failed:
+                failed.append(True)
+                logger.exception("dflash-vllm: adaptive drafting could not observe a step")
+        return result
+
+    return wrapper
+
+
+def _rank0() -> bool:
+    try:
+        from vllm.distributed import get_tensor_model_parallel_rank
+
+        return get_tensor_model_parallel_rank() == 0
+    except Exception:  # no distributed state (single process)
+        return True

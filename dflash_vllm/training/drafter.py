@@ -181,7 +181,7 @@ class FeatureCache:
                 tmp = self._path(indices[j]) + ".tmp"
                 torch.save(feats[row, : len(seqs[j])].to(self.dtype).clone(), tmp)
                 os.replace(tmp, self._path(indices[j]))  # a killed run leaves no half-written entry
-        rows = [torch.load(self._path(i)).float() for i in indices]
+        rows = [torch.load(self._path(i), weights_only=True).float() for i in indices]
         t_max = max(len(s) for s in seqs)
         out = torch.zeros(len(rows), t_max, rows[0].shape[-1])
         for j, r in enumerate(rows):
@@ -230,7 +230,7 @@ def train(target_path: str, data_path: str, out: str, recipe: Recipe, mask_token
     step, losses, accs = 0, [], []
     os.makedirs(out, exist_ok=True)
     if os.path.exists(state_path):  # resume
-        s = torch.load(state_path, weights_only=False)
+        s = torch.load(state_path, weights_only=True)  # plain tensors and numbers: no pickled code runs
         drafter.load_state_dict(s["drafter"]), opt.load_state_dict(s["opt"]), sched.load_state_dict(s["sched"])
         step, losses, accs, rng_state = s["step"], s["losses"], s["accs"], s["rng"]
         rng.setstate(rng_state)

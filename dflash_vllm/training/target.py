@@ -68,7 +68,7 @@ def main(argv=None):
     ckpt = os.path.join(args.out, "train_state.pt")
     state = {"step": 0, "losses": [], "total_steps": None, "elapsed": 0.0}
     if os.path.exists(ckpt):
-        saved = torch.load(ckpt, weights_only=False)
+        saved = torch.load(ckpt, weights_only=True)  # plain tensors and numbers: no pickled code runs
         model.load_state_dict(saved["model"]), opt.load_state_dict(saved["opt"])
         state = saved["state"]
     g = torch.Generator().manual_seed(args.seed + state["step"])

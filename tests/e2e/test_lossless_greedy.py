@@ -55,9 +55,12 @@ def baseline(tiny_dir, workload):
                                "requests": workload})
 
 
-@pytest.mark.parametrize("k", [1, 3, 7, 15])
+@pytest.mark.parametrize("k", [1, 3, 7, 15, "adaptive"])
 def test_greedy_identical_to_no_speculation(tiny_dir, trained_tiny_drafter, workload, baseline, k):
     spec = {"method": "dflash", "model": trained_tiny_drafter, "num_speculative_tokens": k}
+    if k == "adaptive":  # the adaptive policy (0..15 drafts per request per step)
+        spec.update(num_speculative_tokens=15, dflash_adaptive=True)
+        k = 1
     out = run_job_subprocess({"model": str(tiny_dir / "target"), "speculative_config": spec, "engine": ENGINE,
                               "requests": workload})
     assert "dflash-vllm 0.1.0 active" in out["log"], "our proposer was not the one running"

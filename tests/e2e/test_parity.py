@@ -42,7 +42,8 @@ def no_last_layer_drafter(trained_tiny_drafter, tmp_path_factory):
 def engine_runs(tiny_dir, trained_tiny_drafter, no_last_layer_drafter, prompts):
     job = {
         "model": str(tiny_dir / "target"),
-        "speculative_config": {"method": "dflash", "model": trained_tiny_drafter, "num_speculative_tokens": K},
+        "speculative_config": {"method": "dflash", "model": trained_tiny_drafter, "num_speculative_tokens": K,
+                               "dflash_fixed_k": K},  # parity at a fixed K: adaptive drafting off
         "engine": {"max_num_seqs": 1},
         "requests": [{"prompt_token_ids": p, "max_tokens": MAX_TOKENS} for p in prompts],
     }

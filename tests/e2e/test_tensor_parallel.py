@@ -37,7 +37,7 @@ def runs():
                                                               return_dict=False)),
              "max_tokens": 80, "stop_token_ids": [tok.eos_token_id], "ignore_eos": False}
             for s in make_samples(12, seed=515)]
-    spec = {"method": "dflash", "model": DRAFTER, "num_speculative_tokens": 15}
+    spec = {"method": "dflash", "model": DRAFTER, "num_speculative_tokens": 15, "dflash_fixed_k": 15}  # tau TP1 vs TP2 at one K
     base = {"model": TARGET, "requests": reqs, "engine": {"max_num_seqs": 6, "kv_cache_memory_bytes": 2**27}}
     env1 = {"VLLM_CPU_OMP_THREADS_BIND": _bind().split("|")[0]}
     env2 = {"VLLM_CPU_OMP_THREADS_BIND": _bind()}

@@ -75,3 +75,65 @@ def test_round_trip_keeps_published_format(tiny_dir):
     assert out["architectures"] == ["DFlashDraftModel"]
     assert set(out["dflash_config"]) >= {"target_layer_ids", "mask_token_id"}
     assert DrafterConfig.from_dict(out).target_layer_ids == cfg.target_layer_ids
+
+
+def _damage(path, how):
+    f = os.path.join(path, "model.safetensors")
+    data = open(f, "rb").read()
+    if how == "truncated":
+        data = data[: len(data) // 2]
+    elif how == "empty":
+        data = b""
+    elif how == "garbled":
+        data = b"\xff" * 64 + data[64:]
+    open(f, "wb").write(data)
+    return path
+
+
+@pytest.mark.parametrize("how", ["truncated", "empty", "garbled"])
+def test_unreadable_weights_are_one_line(tiny_dir, tmp_path, how):
+    from dflash_vllm.config import check_drafter_weights
+
+    path = _damage(_copy(tiny_dir, tmp_path), how)
+    with pytest.raises(DFlashConfigError, match="cannot be read .*truncated or not safetensors") as e:
+        check_drafter_weights(DrafterConfig.from_pretrained(path))
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "edit, match",
+    [
+        (lambda c: c.update(intermediate_size=c["intermediate_size"] * 2), "has shape .* but .* implies"),
+        (lambda c: c.update(num_hidden_layers=c["num_hidden_layers"] + 1), "lack .* tensors"),
+        (lambda c: c.update(num_hidden_layers=c["num_hidden_layers"] - 1), "tensors this config does not describe"),
+    ],
+)
+def test_weights_that_contradict_the_config(tiny_dir, tmp_path, edit, match):
+    from dflash_vllm.config import check_drafter_weights
+
+    with pytest.raises(DFlashConfigError, match=match):
+        check_drafter_weights(DrafterConfig.from_pretrained(_copy(tiny_dir, tmp_path, edit=edit)))
+
+
+def test_good_weights_pass(tiny_dir):
+    from dflash_vllm.config import check_drafter_weights
+
+    check_drafter_weights(DrafterConfig.from_pretrained(str(tiny_dir / "drafter")))
+
+
+@pytest.mark.parametrize(
+    "spec, match",
+    [
+        ({"method": "dflsh"}, "unknown method 'dflsh'; did you mean 'dflash'"),
+        ({"method": "dflash", "num_speculative_tokens": 0}, "num_speculative_tokens=0; set it to a whole number >= 1"),
+        ({"method": "dflash", "num_speculative_tokens": -1}, "num_speculative_tokens=-1"),
+        ({"method": "dflash", "num_speculative_tokens": "7"}, "num_speculative_tokens='7'"),
+        ({"method": "dflash", "draft_sample_method": "probablistic"}, "use one of \\['greedy', 'probabilistic'\\]"),
+    ],
+)
+def test_speculative_config_mistakes(spec, match):
+    from dflash_vllm.config import check_speculative_config
+
+    with pytest.raises(DFlashConfigError, match=match):
+        check_speculative_config(spec)
+    check_speculative_config({"method": "dflash", "num_speculative_tokens": 15, "draft_sample_method": "greedy"})

@@ -50,3 +50,22 @@ def test_cache_for_other_layers_is_refused(tiny_dir, data, tmp_path):
     with pytest.raises(DFlashConfigError, match="target_layer_ids"):
         train(str(tiny_dir / "target"), data, str(tmp_path / "b"), recipe, mask_token_id=511, max_steps=2,
               progress=False, feature_cache=str(cache))
+
+
+def test_resume_reads_training_state_without_unpickling_code(tiny_dir, data, tmp_path, monkeypatch):
+    """A finished run's train_state.pt is read back with weights_only=True (a file in the output
+    directory can run no code), and resuming it gives the same drafter."""
+    import os
+
+    real_remove = os.remove
+    with monkeypatch.context() as m:  # the run is "killed" after its last save: the state stays
+        m.setattr(os, "remove", lambda p: None if str(p).endswith("train_state.pt") else real_remove(p))
+        _, first = _run(tiny_dir, data, tmp_path / "run")
+    assert (tmp_path / "run" / "train_state.pt").exists()
+    loads = []
+    real_load = torch.load
+    monkeypatch.setattr(torch, "load", lambda *a, **kw: loads.append(kw.get("weights_only")) or real_load(*a, **kw))
+    _, resumed = _run(tiny_dir, data, tmp_path / "run")
+    assert loads and all(w is True for w in loads), loads
+    for k in first:
+        assert torch.equal(first[k], resumed[k]), k

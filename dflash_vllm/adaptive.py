@@ -1,0 +1,377 @@
+"""Adaptive drafting: per engine step, how many drafts each request submits for verification.
+
+The model (everything is learned online, on the host, from what vLLM already brings there):
+
+- acceptance: the j-th draft of request i survives (is accepted with every draft before it) with
+  probability ``s_i(j) = prod_{l <= j} min(a_max, g(l) * rho_i)``. ``g(l)`` is the server-wide
+  conditional acceptance rate at draft position l (exponentially decayed counts of "position l
+  reached" / "position l accepted", with an optimistic prior so that unexplored positions get
+  tried); ``rho_i = (acc_i + m) / (exp_i + m)`` is the request's recent accepted drafts over the
+  number the server-wide curve expected for the same verify steps, shrunk toward 1 by m
+  pseudo-counts (recent = decayed by ``request_decay`` per verify step).
+- cost: one engine step costs ``T(k) = T_v(N0 + sum_i k_i) + [q > 0] T_d(R (q + 1))``:
+  ``T_v`` everything but the drafter forward (target verify, scheduling, sampling, context K/V
+  write) as a function of the verified tokens N (piecewise linear, knots at 64, 256, 1024: flat
+  while the device has idle compute, steeper once it has none); ``T_d`` the drafter forward over
+  ``R (q + 1)`` block tokens, R the batch size and ``q = max_i k_i``; ``N0`` the tokens verified
+  without any draft (one per request plus the prefill running alongside). Both are ridge
+  regressions with exponential forgetting, fitted to the engine's own step times (the
+  wall-clock period between successive drafting calls, and the drafter forward itself).
+- policy: maximise expected goodput ``G(k) = sum_i E_i(k_i) / T(k)``, with
+  ``E_i(k) = 1 + sum_{j <= k} s_i(j)`` expected tokens emitted. For a cap q on k_i the optimum
+  submits draft j of request i iff ``s_i(j) >= G* dT_v/dN`` (s_i is decreasing in j, so that is
+  a prefix): a few Dinkelbach iterations on the ratio find G*, for every cap in a small set at
+  once; ``q = 0`` (no drafter forward at all, the step costs a plain decode step plus the
+  context K/V write) competes on the same terms. Acceptance alone cannot decide: the same
+  survival curve is worth drafting at batch 1 and not at batch 64, which only ``dT_v/dN`` and
+  ``T_d(R (q + 1))`` see.
+
+Exploration: the priors are optimistic (drafting looks free until measured); while drafting,
+every ``dither_every``-th step submits one draft more or less per request (near the optimum
+that costs next to nothing, and it keeps dT_v/dN measured even at a constant batch); after
+``probe_every`` steps without a drafter forward one step drafts 1 per request anyway, and now
+and then drafting pauses for one step (the cost of the plan not taken stays measured); both
+are spaced so that each costs at most ``explore_budget`` (1%) of the expected goodput, so
+acceptance and cost keep being measured when the workload changes.
+
+Opt-in, for now: ``"dflash_adaptive": true`` in the speculative config (or
+``DFLASH_VLLM_FIXED_K=adaptive``) turns the policy on. Without it every request submits
+num_speculative_tokens drafts every step, as before: on this machine's interleaved quick bench
+the policy beat fixed K=15 at concurrency 8 on freely phrased prompts (2.18x) but lost to it on
+the task prompts (0.59x at c=1, 0.77x at c=8; bench/README.md), so it is not yet the default.
+``"dflash_fixed_k": N`` (or ``DFLASH_VLLM_FIXED_K=N``) pins N drafts per request per step
+(N = 0: the drafter forward is skipped every step, only context K/V is written). vLLM's SpeculativeConfig rejects unknown keys, so the
+key is taken out of the config before vLLM parses it (``pop_config_key``) and travels to the
+engine processes in the environment, like the step-time table's path in metrics.py. For tests,
+the environment variable also accepts a comma-separated cycle (``"0,0,7"``: per step).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+CONFIG_KEY = "dflash_fixed_k"
+ADAPTIVE_KEY = "dflash_adaptive"
+ENV = "DFLASH_VLLM_FIXED_K"
+STATS_ENV = "DFLASH_VLLM_ADAPTIVE_STATS"  # "1": print the proposer's counters at exit (tests)
+
+
+# -- the one configuration key -------------------------------------------------------------------
+def pop_config_key(engine_args) -> None:
+    """Take ``dflash_fixed_k`` out of EngineArgs.speculative_config (vLLM would reject it) and
+    hand it to the engine processes through the environment. Absent: the environment is left
+    as the user set it (adaptive by default)."""
+    spec = getattr(engine_args, "speculative_config", None)
+    if not isinstance(spec, dict):
+        return
+    if ADAPTIVE_KEY in spec:
+        spec = dict(spec)
+        on = spec.pop(ADAPTIVE_KEY)
+        engine_args.speculative_config = spec
+        if on and CONFIG_KEY not in spec:
+            os.environ[ENV] = "adaptive"
+    if CONFIG_KEY in spec:
+        _take_key(engine_args, spec)
+    _prefer_sync_scheduling(engine_args, engine_args.speculative_config)
+
+
+def _prefer_sync_scheduling(engine_args, spec: dict) -> None:
+    """Per-request draft lengths reach vLLM's scheduler only through take_draft_token_ids, which
+    vLLM 0.32 skips under async scheduling (it schedules K placeholder slots per request before
+    the drafts exist). vLLM turns async scheduling on by default for DFlash on CUDA; with the
+    adaptive policy on (or K pinned below num_speculative_tokens) and the user's choice unset,
+    we turn it off (an explicit ``--async-scheduling`` wins, and then K stays fixed)."""
+    from ._plugin import native_requested
+
+    k_max = spec.get("num_speculative_tokens") or 0
+    fixed = fixed_k_from_env(k_max)
+    varies = fixed is None or any(k != k_max for k in fixed)  # a pin at K itself is fine async
+    if (spec.get("method") == "dflash" and not native_requested() and varies
+            and getattr(engine_args, "async_scheduling", False) is None):
+        engine_args.async_scheduling = False
+
+
+def _take_key(engine_args, spec: dict) -> None:
+    spec = dict(spec)
+    value = spec.pop(CONFIG_KEY)
+    engine_args.speculative_config = spec
+    if value is None:
+        os.environ.pop(ENV, None)
+        return
+    from .config import DFlashConfigError
+
+    k_max = spec.get("num_speculative_tokens")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0 or (k_max is not None and value > k_max):
+        raise DFlashConfigError(
+            f"speculative config: {CONFIG_KEY}={value!r} must be an integer in 0..num_speculative_tokens "
+            f"({k_max}); omit it for num_speculative_tokens, or set \"{ADAPTIVE_KEY}\": true for adaptive drafting"
+        )
+    os.environ[ENV] = str(value)
+
+
+def fixed_k_from_env(k_max: int) -> list[int] | None:
+    """The pinned K (a cycle of one or more values, each clipped to 0..k_max), or None: adaptive.
+    Unset: k_max every step (the policy is opt-in)."""
+    raw = os.environ.get(ENV, "").strip()
+    if raw in ("adaptive", "Adaptive"):
+        return None
+    if raw in ("", "none", "None"):
+        return [k_max]
+    vals = [min(k_max, max(0, int(x))) for x in raw.split(",") if x.strip()]
+    return vals or None
+
+
+# -- acceptance -----------------------------------------------------------------------------------
+class AcceptanceModel:
+    """Server-wide conditional acceptance per draft position, and per-request skill rho_i."""
+
+    def __init__(self, k_max: int, prior_rate: float = 0.8, prior_weight: float = 2.0, decay: float = 0.99,
+                 request_decay: float = 0.85, request_prior: float = 2.0, max_rate: float = 0.98):
+        self.k_max = k_max
+        self.prior_rate, self.decay, self.max_rate = prior_rate, decay, max_rate
+        self.request_decay, self.request_prior = request_decay, request_prior
+        self.accepted = np.full(k_max, prior_rate * prior_weight)  # decayed "position j accepted"
+        self.reached = np.full(k_max, prior_weight)  # decayed "position j verified"
+        self.requests: dict[str, list[float]] = {}  # req_id -> [decayed accepted, decayed expected]
+
+    def rates(self) -> np.ndarray:  # g(j), j = 1..K
+        return (self.accepted + 1e-3 * self.prior_rate) / (self.reached + 1e-3)
+
+    def observe(self, req_ids: list[str], num_drafted: np.ndarray, num_accepted: np.ndarray) -> None:
+        """One verify step: request req_ids[i] had num_drafted[i] > 0 drafts, num_accepted[i] accepted."""
+        if not req_ids:
+            return
+        d = np.minimum(np.asarray(num_drafted, dtype=np.int64), self.k_max)
+        a = np.minimum(np.asarray(num_accepted, dtype=np.int64), d)
+        trials = np.minimum(a + 1, d)  # positions that were verified (the first rejection included)
+        g = self.rates()
+        expected = np.concatenate([[0.0], np.cumsum(g)])[trials]  # sum_{j <= trials} g(j)
+        n = self.k_max + 1
+        self.reached *= self.decay
+        self.accepted *= self.decay
+        self.reached += np.cumsum(np.bincount(trials, minlength=n)[::-1])[::-1][1:]  # #{trials >= j}
+        self.accepted += np.cumsum(np.bincount(a, minlength=n)[::-1])[::-1][1:]  # #{a >= j}
+        rd = self.request_decay
+        reqs = self.requests
+        for rid, ai, ei in zip(req_ids, a.tolist(), expected.tolist()):
+            st = reqs.get(rid)
+            if st is None:
+                reqs[rid] = [float(ai), ei]
+            else:
+                st[0] = st[0] * rd + ai
+                st[1] = st[1] * rd + ei
+
+    def forget(self, req_ids) -> None:
+        for rid in req_ids:
+            self.requests.pop(rid, None)
+
+    def survival(self, req_ids: list[str]) -> np.ndarray:
+        """s_i(j) for the given requests: [len(req_ids), K]."""
+        m = self.request_prior
+        get = self.requests.get
+        rho = np.array([(st[0] + m) / (st[1] + m) if (st := get(r)) is not None else 1.0 for r in req_ids])
+        cond = np.minimum(self.rates()[None, :] * rho[:, None], self.max_rate)
+        return np.cumprod(cond, axis=1)
+
+
+# -- cost -----------------------------------------------------------------------------------------
+class _Ridge:
+    """Exponentially forgetting ridge regression toward a prior (intercept: the first
+    measurement; slopes: 0, i.e. optimistic until measured)."""
+
+    def __init__(self, dim: int, decay: float, ridge):
+        self.dim, self.decay = dim, decay
+        self.ridge = np.diag(np.broadcast_to(np.asarray(ridge, dtype=np.float64), (dim,)))
+        self.A = np.zeros((dim, dim))
+        self.b = np.zeros(dim)
+        self.prior = np.zeros(dim)
+        self.n = 0
+        self._theta: np.ndarray | None = self.prior
+
+    def observe(self, x: np.ndarray, y: float) -> None:
+        if self.n == 0:
+            self.prior[0] = y  # warm start: the first measurement as intercept, slopes 0 (optimistic)
+        self.A *= self.decay
+        self.b *= self.decay
+        self.A += np.outer(x, x)
+        self.b += x * y
+        self.n += 1
+        self._theta = None
+
+    def theta(self) -> np.ndarray:
+        if self._theta is None:
+            r = self.ridge
+            self._theta = np.linalg.solve(self.A + r, self.b + r @ self.prior)
+        return self._theta
+
+
+class CostModel:
+    """T_v(N): step time without the drafter forward, piecewise linear in verified tokens N;
+    T_d(D): drafter forward over D block tokens. (Batch size R matters to the choice only
+    through N and D: R itself is the same for every candidate plan of a step.)"""
+
+    KNOTS = (64.0, 256.0, 1024.0)
+    SCALE = 256.0
+
+    def __init__(self, decay: float = 0.99, ridge: float = 0.05):
+        # The hinges stay 0 (one straight line) unless the data insist: a kink fitted on a
+        # narrow range of N would extrapolate badly to the plans not taken.
+        self.verify = _Ridge(2 + len(self.KNOTS), decay, (ridge, ridge, *[2.0] * len(self.KNOTS)))
+        self.draft = _Ridge(2, decay, ridge)
+
+    def _phi(self, n, r=None):
+        s = self.SCALE
+        n = np.asarray(n, dtype=np.float64)
+        return np.stack([np.ones_like(n), n / s, *(np.maximum(n - kn, 0) / s for kn in self.KNOTS)], -1)
+
+    def observe_step(self, seconds_without_draft: float, num_tokens: int, num_reqs: int) -> None:
+        self.verify.observe(self._phi(num_tokens, num_reqs), seconds_without_draft)
+
+    def observe_draft(self, seconds: float, block_tokens: int) -> None:
+        self.draft.observe(np.array([1.0, block_tokens / self.SCALE]), seconds)
+
+    def t_verify(self, n, r=None):
+        th = self.verify.theta()
+        s = self.SCALE
+        t = th[0] + th[1] * (n / s)
+        for c, kn in zip(th[2:], self.KNOTS):
+            if c:
+                t = t + c * (np.maximum(n - kn, 0.0) / s)
+        return np.maximum(t, 0.0)
+
+    def slope_verify(self, n: float) -> float:
+        """dT_v/dN at n (never negative: a step does not get cheaper with more tokens)."""
+        th = self.verify.theta()
+        return max(0.0, (th[1] + sum(t for t, kn in zip(th[2:], self.KNOTS) if n > kn)) / self.SCALE)
+
+    def t_draft(self, block_tokens) -> np.ndarray:
+        th = self.draft.theta()
+        return np.maximum(th[0] + max(th[1], 0.0) * np.asarray(block_tokens, dtype=np.float64) / self.SCALE, 0.0)
+
+    @property
+    def ready(self) -> bool:
+        return self.verify.n > 0
+
+
+# -- the policy -----------------------------------------------------------------------------------
+class AdaptivePolicy:
+    """Chooses per-request submitted draft lengths k_i and the drafter block q = max k_i."""
+
+    def __init__(self, k_max: int, fixed: list[int] | None = None, probe_every: int = 32,
+                 dither_every: int = 4, zero_every: int = 32, explore_budget: float = 0.01,
+                 margin: float = 0.01, outlier: float = 5.0):
+        self.k_max = k_max
+        self.fixed = fixed
+        self.acceptance = AcceptanceModel(k_max)
+        self.cost = CostModel()
+        caps = sorted({c for c in (1, 2, 3, 4, 6, 8, 11, 15, 23, 31, k_max) if 1 <= c <= k_max})
+        self.caps = np.array(caps, dtype=np.int64)
+        self.probe_every, self.dither_every, self.zero_every = probe_every, dither_every, zero_every
+        self.explore_budget = explore_budget
+        self.margin, self.outlier = margin, outlier
+        self.step = 0
+        self.steps_since_draft = 0
+        self.prefill_tokens = 0.0  # EMA of verified tokens that are neither anchors nor drafts
+        self._last_t: float | None = None
+        self._last_draft_s = 0.0
+        self._last_submitted = 0
+
+    # called once per step, at the start of the drafting call
+    def on_step(self, now: float, num_tokens: int, num_reqs: int, last_draft_s: float | None) -> None:
+        """The period since the previous call = drafter forward (measured) + everything else of
+        this step's schedule/verify/sample over num_tokens tokens."""
+        if last_draft_s is not None:
+            self._last_draft_s = last_draft_s
+        if self._last_t is not None:
+            rest = now - self._last_t - self._last_draft_s
+            cm = self.cost
+            if rest > 0:
+                if cm.verify.n >= 8:
+                    # Clipped, not dropped: an idle gap before this step counts as a slow step
+                    # only up to `outlier` times the prediction, while a real jump in load (the
+                    # model still thinks N is free) is followed within a few steps.
+                    rest = min(rest, self.outlier * max(float(cm.t_verify(num_tokens, num_reqs)), 1e-6))
+                cm.observe_step(rest, num_tokens, num_reqs)
+        self._last_t = now
+        self._last_draft_s = 0.0
+        extra = max(0, num_tokens - num_reqs - self._last_submitted)
+        self.prefill_tokens = 0.8 * self.prefill_tokens + 0.2 * extra
+        self.step += 1
+
+    def on_draft_time(self, seconds: float, block_tokens: int) -> None:
+        self.cost.observe_draft(seconds, block_tokens)
+
+    def plan(self, req_ids: list[str], is_decode: np.ndarray, can_shorten: bool = True,
+             seeded: np.ndarray | None = None) -> tuple[np.ndarray, int]:
+        """(k [num_reqs] submitted drafts per row, q drafter block drafts; 0 = skip the forward).
+
+        Rows in ``seeded`` (requests with their own sampling seed) always submit K from a
+        K-draft block: a seed reproduces its output only if the drafts and their number are the
+        same run to run, and the adaptive choice depends on timing and on the rest of the batch."""
+        num_reqs = len(req_ids)
+        k = np.zeros(num_reqs, dtype=np.int64)
+        if self.fixed is not None:
+            kf = self.fixed[(self.step - 1) % len(self.fixed)]
+            k[is_decode] = kf
+            q = kf if is_decode.any() else 0
+        else:
+            rows = np.flatnonzero(is_decode)
+            q = 0
+            if len(rows):
+                k_dec, q = self._choose([req_ids[i] for i in rows], num_reqs)
+                k[rows] = k_dec
+            if seeded is not None and (seeded := seeded & is_decode).any():
+                k[seeded] = self.k_max
+                q = self.k_max
+            if not can_shorten:  # the drafter forward must be the same on every rank
+                q = self.k_max
+        self.steps_since_draft = 0 if q else self.steps_since_draft + 1
+        self._last_submitted = int(k.sum())
+        return k, q
+
+    def _choose(self, dec_ids: list[str], num_reqs: int) -> tuple[np.ndarray, int]:
+        r = len(dec_ids)
+        s = self.acceptance.survival(dec_ids)  # [r, K]
+        cs = np.concatenate([np.zeros((r, 1)), np.cumsum(s, axis=1)], axis=1)  # cs[i, k] = sum_{j<=k} s_i(j)
+        cm = self.cost
+        caps = self.caps
+        n0 = num_reqs + self.prefill_tokens
+        if not cm.ready:  # the very first step: nothing measured, draft everything once
+            return np.full(r, self.k_max), self.k_max
+        g0 = r / max(float(cm.t_verify(n0, num_reqs)), 1e-9)
+        t_draft = cm.t_draft(num_reqs * (caps + 1))  # [C]
+        rows = np.arange(r)[None, :]
+        lam, n_est = g0, n0 + self._last_submitted
+        best_g, best_k, best_c = 0.0, None, 0
+        for _ in range(3):  # Dinkelbach on G = E / T
+            thr = lam * cm.slope_verify(n_est)
+            k_free = (s >= thr).sum(axis=1)  # s_i decreasing in j: the accepted set is a prefix
+            kc = np.minimum(k_free[None, :], caps[:, None])  # [C, r]
+            gain = r + cs[rows, kc].sum(axis=1)
+            n_tot = n0 + kc.sum(axis=1)
+            g = gain / np.maximum(cm.t_verify(n_tot, num_reqs) + t_draft, 1e-9)
+            c = int(np.argmax(g))
+            if g[c] > best_g:
+                best_g, best_k, best_c = float(g[c]), kc[c], c
+            if abs(g[c] - lam) <= 1e-4 * lam:
+                break
+            lam, n_est = float(g[c]), float(n_tot[c])
+        budget = self.explore_budget
+        if best_k is not None and best_g > g0 * (1.0 + self.margin) and best_k.any():
+            # A plain step now and then anchors T_v(N0), at most `budget` of the expected goodput.
+            if self.step % max(self.zero_every, int((1.0 - g0 / best_g) / budget)) == 0:
+                return np.zeros(r, dtype=np.int64), 0
+            k = best_k
+            if self.step % self.dither_every == 0:  # +-1 draft now and then: dT_v/dN stays measured
+                k = np.clip(k + (1 if (self.step // self.dither_every) % 2 else -1), 0, self.k_max)
+            if k.any():
+                return k, int(k.max())
+        # Keep measuring acceptance and draft cost: one draft each, as often as `budget` of the
+        # step time allows (a probe that costs 6 plain steps waits ~500 steps).
+        t0 = float(cm.t_verify(n0, num_reqs))
+        t_probe = float(cm.t_verify(n0 + r, num_reqs) + cm.t_draft(2 * num_reqs))
+        if self.steps_since_draft + 1 >= max(self.probe_every, int((t_probe / max(t0, 1e-9) - 1.0) / budget)):
+            return np.ones(r, dtype=np.int64), 1
+        return np.zeros(r, dtype=np.int64), 0

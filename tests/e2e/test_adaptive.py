@@ -1,0 +1,123 @@
+"""Adaptive drafting in the engine: K = 0 pinned for every request gives no-speculation output
+with the drafter forward skipped (and costs what a plain decode step costs, context K/V write
+aside); steps without a drafter forward keep the drafter's context K/V complete; the default
+policy stays lossless while it varies the submitted lengths."""
+
+import json
+import os
+import random
+import statistics
+
+import pytest
+
+from dflash_vllm.harness import run_job_subprocess
+
+from ..conftest import first_divergence
+
+pytestmark = pytest.mark.e2e
+
+ENGINE = {"max_num_seqs": 8, "max_model_len": 512}
+
+
+@pytest.fixture(scope="module")
+def workload():
+    r = random.Random(99)
+    return [{"prompt_token_ids": [r.randrange(3, 510) for _ in range(8 + 5 * i)], "max_tokens": 48} for i in range(16)]
+
+
+@pytest.fixture(scope="module")
+def baseline(tiny_dir, workload):
+    return run_job_subprocess({"model": str(tiny_dir / "target"), "speculative_config": None, "engine": ENGINE,
+                               "requests": workload})
+
+
+DEMO = os.path.join(os.path.dirname(__file__), "..", "..", "deploy", "demo")
+
+
+@pytest.fixture(scope="module")
+def demo_workload():
+    """The demo pair on held-out task prompts, EOS honoured: acceptance is high (tau ~6.5 at K=15)."""
+    from transformers import AutoTokenizer
+
+    from dflash_vllm.bench.prompts import prompt_set
+
+    tok = AutoTokenizer.from_pretrained(os.path.join(DEMO, "target"))
+    _, ids = prompt_set("tasks", tok, 16)
+    return [{"prompt_token_ids": p, "max_tokens": 64, "ignore_eos": False, "stop_token_ids": [tok.eos_token_id]}
+            for p in ids]
+
+
+@pytest.fixture(scope="module")
+def demo_baseline(demo_workload):
+    return run_job_subprocess({"model": os.path.join(DEMO, "target"), "speculative_config": None, "engine": ENGINE,
+                               "requests": demo_workload})
+
+
+def _run(target, drafter, workload, k_max, fixed=None, env=None, adaptive=False):
+    spec = {"method": "dflash", "model": str(drafter), "num_speculative_tokens": k_max}
+    if fixed is not None:
+        spec["dflash_fixed_k"] = fixed
+    if adaptive:
+        spec["dflash_adaptive"] = True
+    out = run_job_subprocess({"model": str(target), "speculative_config": spec, "engine": ENGINE,
+                              "requests": workload}, env={"DFLASH_VLLM_ADAPTIVE_STATS": "1", **(env or {})})
+    assert "dflash-vllm 0.1.0 active" in out["log"], "our proposer was not the one running"
+    line = [ln for ln in out["log"].splitlines() if ln.startswith("dflash-vllm adaptive stats: ")]
+    assert line, "the proposer printed no stats at exit"
+    return out, json.loads(line[-1].split(": ", 1)[1])
+
+
+def _identical(out, baseline, what):
+    for i, (a, b) in enumerate(zip(out["outputs"], baseline["outputs"])):
+        assert a["token_ids"] == b["token_ids"], f"{what}, request {i}: {first_divergence(a['token_ids'], b['token_ids'])}"
+
+
+def _decode_step_ms(out) -> float:
+    """Median time of the steps where 8 requests decode (no arrivals/prefill in the window)."""
+    xs = [s["seconds"] for s in out["steps"] if s["num_unfinished"] == 8 and s["new_tokens"] >= 8]
+    return 1e3 * statistics.median(xs) if xs else float("nan")
+
+
+def test_forced_k0_is_no_speculation_with_the_drafter_forward_skipped(tiny_dir, trained_tiny_drafter, workload, baseline):
+    out, stats = _run(tiny_dir / "target", trained_tiny_drafter, workload, k_max=7, fixed=0)
+    _identical(out, baseline, "K pinned to 0")
+    assert stats["drafter_forwards"] == 0 and stats["skipped_forwards"] > 0, stats
+    assert stats["submitted_hist"][0] > 0 and sum(stats["submitted_hist"][1:]) == 0, stats
+    assert all(not o["accepted_per_step"] for o in out["outputs"]), "drafts were verified with K pinned to 0"
+    # The step itself: a K=0 step vs a no-speculation engine's step (same workload, same steps).
+    # Printed, not asserted (speed targets live in bench/): 1.69x on an idle 2-core machine in the
+    # full suite, i.e. a K=0 step is not yet a plain decode step (issue #10).
+    k0, none = _decode_step_ms(out), _decode_step_ms(baseline)
+    print(f"decode step at batch 8: K pinned 0 {k0:.2f} ms, no speculation {none:.2f} ms, ratio {k0 / none:.3f}")
+    assert len(out["steps"]) == len(baseline["steps"])
+
+
+def test_context_kv_survives_skipped_forwards(demo_workload, demo_baseline):
+    """Per step 0, 0, 7 drafts: blocks drafted after two skipped forwards read context written
+    while skipping, so acceptance per drafted step matches drafting every step."""
+    target, drafter, workload, baseline = os.path.join(DEMO, "target"), os.path.join(DEMO, "drafter"), demo_workload, demo_baseline
+    every, ev_stats = _run(target, drafter, workload, k_max=7, fixed=7)
+    cycle, cy_stats = _run(target, drafter, workload, k_max=7, env={"DFLASH_VLLM_FIXED_K": "0,0,7"})
+    _identical(every, baseline, "K pinned to 7")
+    _identical(cycle, baseline, "K cycling 0,0,7")
+    assert cy_stats["skipped_forwards"] > 0 and cy_stats["drafter_forwards"] > 0, cy_stats
+
+    def per_drafted_step(out):
+        acc = [a for o in out["outputs"] for a in (o["accepted_per_step"] or [])]
+        return sum(acc) / max(1, len(acc)), len(acc)
+
+    (a_every, n_every), (a_cycle, n_cycle) = per_drafted_step(every), per_drafted_step(cycle)
+    print(f"accepted per drafted step: every step {a_every:.2f} ({n_every} steps), after skips {a_cycle:.2f} ({n_cycle})")
+    assert n_cycle > 10 and a_every > 2
+    assert a_cycle > 0.75 * a_every, "acceptance collapsed after skipped forwards: context K/V went missing"
+
+
+def test_adaptive_policy_is_lossless_and_varies_lengths(demo_workload, demo_baseline):
+    out, stats = _run(os.path.join(DEMO, "target"), os.path.join(DEMO, "drafter"), demo_workload, k_max=15, adaptive=True)
+    baseline = demo_baseline
+    assert "adaptive drafting on" in out["log"]
+    _identical(out, baseline, "adaptive")
+    hist = stats["submitted_hist"]
+    print(f"adaptive: submitted lengths {hist}, forwards {stats['drafter_forwards']}, skipped {stats['skipped_forwards']}")
+    assert len(hist) == 16 and sum(hist) > 0
+    assert sum(1 for x in hist if x) >= 2, f"one length only: {hist}"
