@@ -28,6 +28,7 @@ import time
 
 import psutil
 
+from .bench.runner import provenance
 from .demo import DEMO_DRAFTER, DEMO_TARGET, Server, metric_sum
 
 KINDS = ("greedy", "greedy", "greedy_stream", "greedy_stop", "sampled", "sampled_stream", "seeded_long",
@@ -242,23 +243,8 @@ def run(target: str, drafter: str, k: int, minutes: float, concurrency: int, log
         "tau": 1 + accepted / drafts if drafts else None,
         "rss_flatness_last_minutes": last,
         "rss_flatness": {name: _rss_flatness(s["per_minute"], last) for name, s in result.items()},
-        "provenance": _provenance(),
+        "provenance": provenance(),
     }
-
-
-def _provenance() -> dict:
-    import platform
-    import subprocess
-
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
-    except OSError:
-        commit = ""
-    from vllm import __version__ as vllm_version
-
-    return {"commit": commit, "vllm": vllm_version, "cpus": os.cpu_count(), "machine": platform.machine(),
-            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
 def print_report(res: dict) -> None:
