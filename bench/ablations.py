@@ -44,7 +44,6 @@ def main(argv=None):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from dflash_vllm.config import DrafterConfig
     from dflash_vllm.modeling import DFlashDrafter
     from dflash_vllm.training.drafter import Recipe, train
 
@@ -65,11 +64,7 @@ def main(argv=None):
             record = train(target_dir, args.data, out, recipe, max_steps=args.steps, progress=False, threads=2)
         else:
             record = json.load(open(os.path.join(out, "training_record.json")))
-        from safetensors.torch import load_file
-
-        drafter = DFlashDrafter(DrafterConfig.from_pretrained(out), inject_every_layer=recipe.inject_every_layer)
-        drafter.load_state_dict(load_file(os.path.join(out, "model.safetensors")))
-        drafter.eval()
+        drafter = DFlashDrafter.from_pretrained(out).eval()  # builds the ablation as recorded in its config
         for k in ks:
             tau = tau_reference(target, drafter, tok, k)
             rows.append({"variant": name, "served_k": k, "tau": round(tau, 3), "steps": record["steps"],

@@ -90,6 +90,9 @@ def _prefer_sync_scheduling(engine_args, spec: dict) -> None:
     varies = fixed is None or any(k != k_max for k in fixed)  # a pin at K itself is fine async
     if (spec.get("method") == "dflash" and not native_requested() and varies
             and getattr(engine_args, "async_scheduling", False) is None):
+        from . import patches
+
+        patches.require("sync-scheduling-default")
         engine_args.async_scheduling = False
 
 

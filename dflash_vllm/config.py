@@ -4,7 +4,9 @@ The format is the published one (z-lab checkpoints): ``config.json`` with
 ``architectures: ["DFlashDraftModel"]``, a Qwen3/LLaMA-shaped body, ``block_size``,
 ``num_target_layers`` and ``dflash_config: {target_layer_ids, mask_token_id}``; weights in
 ``model.safetensors`` named ``layers.N.self_attn.{q,k,v,o}_proj``, ``fc``, ``hidden_norm``,
-``norm``. No embedding and no LM head: both are the target's.
+``norm``. No embedding and no LM head: both are the target's. Ours add a ``dflash_vllm`` block
+(variant, provenance) and carry the target's ``rope_scaling``; speculators-format checkpoints
+are read too. What a checkpoint directory may be, and what is refused: ``checkpoint.py``.
 """
 
 from __future__ import annotations
@@ -53,15 +55,39 @@ class DrafterConfig:
     mask_token_id: int = 0
     model_type: str = "qwen3"
     attention_bias: bool = False
+    # The target's rope scaling (``rope_type`` and its keys, no ``rope_theta``); None = plain rope.
+    rope_scaling: dict[str, Any] | None = None
+    # checkpoint.VARIANTS: what the layers attend to (only the every-layer one can be served).
+    variant: str = "kv_injection_every_layer"
     # Where it came from; not part of the architecture.
+    source_format: str = "dflash"  # "dflash" (published) or "speculators"
     path: str | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
+    @property
+    def rope_parameters(self) -> dict[str, Any]:
+        """vLLM's ``get_rope(rope_parameters=...)`` / transformers 5's ``rope_parameters``."""
+        return {"rope_type": "default", **(self.rope_scaling or {}), "rope_theta": self.rope_theta}
+
+    @property
+    def inject_every_layer(self) -> bool:
+        from .checkpoint import VARIANT_EVERY_LAYER
+
+        return self.variant == VARIANT_EVERY_LAYER
+
     @classmethod
-    def from_dict(cls, cfg: dict[str, Any], path: str | None = None) -> "DrafterConfig":
+    def from_dict(cls, cfg: dict[str, Any], path: str | None = None, *, serving: bool = True) -> "DrafterConfig":
+        """``serving=True`` (every serving path) refuses, in one line, a checkpoint the vLLM
+        drafter would compute wrong; training and evaluation read any variant with False."""
+        from . import checkpoint as ckpt
+
         where = f"drafter config {path}/config.json" if path else "drafter config"
+        source_format = "dflash"
+        if ckpt.is_speculators_config(cfg):
+            cfg = ckpt.speculators_to_published(cfg, where)
+            source_format = "speculators"
         archs = cfg.get("architectures") or []
-        if not any(a in DRAFTER_ARCHITECTURES for a in archs):
+        if not any(a in DRAFTER_ARCHITECTURES + (ckpt.INPUT_FUSION_ARCHITECTURE,) for a in archs):
             raise DFlashConfigError(
                 f"{where}: architectures is {archs}, expected ['DFlashDraftModel']; "
                 "point the speculative config's 'model' at a DFlash drafter directory"
@@ -93,10 +119,13 @@ class DrafterConfig:
         mask_token_id = dcfg.get("mask_token_id", cfg.get("mask_token_id"))
         if mask_token_id is None:
             raise DFlashConfigError(f"{where}: dflash_config.mask_token_id is missing; add it")
+        variant = ckpt.variant_of(cfg, where)
+        rope_theta, rope_scaling = ckpt.rope_of(cfg)
+        if serving:
+            ckpt.refuse_unservable_variant(variant, where)
+            ckpt.refuse_unservable_rope(rope_scaling, where)
+            ckpt.refuse_unservable_attention(cfg, dcfg, where)
         n_heads = int(cfg["num_attention_heads"])
-        rope_theta = cfg.get("rope_theta")
-        if rope_theta is None:
-            rope_theta = (cfg.get("rope_parameters") or {}).get("rope_theta", 1_000_000.0)
         return cls(
             hidden_size=int(cfg["hidden_size"]),
             num_hidden_layers=n_layers,
@@ -106,7 +135,7 @@ class DrafterConfig:
             intermediate_size=int(cfg["intermediate_size"]),
             vocab_size=int(cfg["vocab_size"]),
             rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
-            rope_theta=float(rope_theta),
+            rope_theta=1_000_000.0 if rope_theta is None else rope_theta,
             max_position_embeddings=int(cfg.get("max_position_embeddings", 40960)),
             block_size=int(dcfg.get("block_size", cfg.get("block_size", 16))),
             num_target_layers=num_target_layers,
@@ -114,12 +143,15 @@ class DrafterConfig:
             mask_token_id=int(mask_token_id),
             model_type=model_type,
             attention_bias=bool(cfg.get("attention_bias", False)),
+            rope_scaling=rope_scaling,
+            variant=variant,
+            source_format=source_format,
             path=path,
             raw=dict(cfg),
         )
 
     @classmethod
-    def from_pretrained(cls, path: str) -> "DrafterConfig":
+    def from_pretrained(cls, path: str, *, serving: bool = True) -> "DrafterConfig":
         path = resolve_drafter_path(path)
         cfg_path = os.path.join(path, "config.json")
         if not os.path.isfile(cfg_path):
@@ -131,13 +163,16 @@ class DrafterConfig:
             raise DFlashConfigError(f"{cfg_path} is not valid JSON ({e.msg} at line {e.lineno}); fix or re-export it") from None
         if not any(n.endswith(".safetensors") or n.endswith(".bin") for n in os.listdir(path)):
             raise DFlashConfigError(f"drafter directory {path!r} has no weights (*.safetensors); copy the weights there")
-        return cls.from_dict(cfg, path=path)
+        return cls.from_dict(cfg, path=path, serving=serving)
 
     def to_hf_dict(self) -> dict[str, Any]:
-        """A config.json in the published format, loadable by vLLM's native DFlash and `dflash`."""
+        """A config.json in the published format, loadable by vLLM's native DFlash and `dflash`
+        (the input-fusion ablation under its own architecture name, so that they refuse it)."""
+        from .checkpoint import INPUT_FUSION_ARCHITECTURE
+
         out = {k: v for k, v in self.raw.items()}
         out.update(
-            architectures=["DFlashDraftModel"],
+            architectures=["DFlashDraftModel" if self.inject_every_layer else INPUT_FUSION_ARCHITECTURE],
             model_type=self.model_type,
             hidden_size=self.hidden_size,
             num_hidden_layers=self.num_hidden_layers,
@@ -162,6 +197,10 @@ class DrafterConfig:
             },
         )
         out.pop("rope_parameters", None)
+        out.pop("rope_scaling", None)
+        if self.rope_scaling:
+            out["rope_scaling"] = dict(self.rope_scaling)
+        out["dflash_vllm"] = {**(self.raw.get("dflash_vllm") or {}), "variant": self.variant}
         return out
 
 
@@ -209,6 +248,9 @@ def validate_pair(
     target_architectures: list[str] | None = None,
 ) -> None:
     """Raise DFlashConfigError (one line, naming the fix) for a pairing that cannot work."""
+    from .checkpoint import refuse_unservable_variant
+
+    refuse_unservable_variant(drafter.variant, f"drafter {drafter.path}" if drafter.path else "drafter")
     if drafter.vocab_size != target_vocab_size:
         raise DFlashConfigError(
             f"drafter vocab_size {drafter.vocab_size} != target vocab_size {target_vocab_size}; "
@@ -251,9 +293,11 @@ def check_drafter_weights(drafter: DrafterConfig) -> None:
     import torch
     from safetensors import SafetensorError, safe_open
 
+    from .checkpoint import drafter_tensor_name, refuse_unservable_variant
     from .modeling import DFlashDrafter
 
     path = drafter.path
+    refuse_unservable_variant(drafter.variant, f"drafter config {path}/config.json")
     files = sorted(n for n in os.listdir(path) if n.endswith(".safetensors"))
     if not files:  # .bin only: the engine's loader reads those; nothing to open cheaply here
         return
@@ -263,7 +307,9 @@ def check_drafter_weights(drafter: DrafterConfig) -> None:
         try:
             with safe_open(file, "pt") as f:
                 for key in f.keys():
-                    found[key.removeprefix("model.")] = list(f.get_slice(key).get_shape())
+                    ours = drafter_tensor_name(key)  # speculators' names too; None: the target's
+                    if ours is not None:
+                        found[ours] = list(f.get_slice(key).get_shape())
         except (SafetensorError, OSError) as e:
             raise DFlashConfigError(
                 f"drafter weights {file} cannot be read ({e}); the file is truncated or not safetensors: "
@@ -271,8 +317,6 @@ def check_drafter_weights(drafter: DrafterConfig) -> None:
             ) from None
     with torch.device("meta"):
         expected = {k: list(v.shape) for k, v in DFlashDrafter(drafter).state_dict().items()}
-    for key in ("embed_tokens.weight", "lm_head.weight"):  # the target's are used
-        found.pop(key, None)
     missing = sorted(set(expected) - set(found))
     if missing:
         raise DFlashConfigError(

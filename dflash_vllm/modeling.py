@@ -18,8 +18,15 @@ from torch import nn
 from .config import DrafterConfig
 
 
-def target_layer_outputs(target, input_ids: torch.Tensor, layer_ids: list[int], attention_mask=None):
+class _Enough(Exception):
+    """Raised by the hook on the deepest selected layer when logits are not wanted."""
+
+
+def target_layer_outputs(target, input_ids: torch.Tensor, layer_ids: list[int], attention_mask=None,
+                         logits: bool = True):
     """Run a HF causal LM; return (logits, [B, T, n * H] outputs of the selected decoder layers).
+    With ``logits=False`` the forward stops after the deepest selected layer (no later layers, no
+    LM head: a quarter of a small model's FLOPs) and the first element is None.
 
     Captured with hooks on the decoder layers, i.e. the residual stream *after* layer i, which
     is what vLLM hands the drafter (its aux hidden state i + 1). Not HF's
@@ -29,16 +36,23 @@ def target_layer_outputs(target, input_ids: torch.Tensor, layer_ids: list[int], 
     """
     layers = target.model.layers
     captured: dict[int, torch.Tensor] = {}
-    hooks = [
-        layers[i].register_forward_hook(lambda mod, args, out, i=i: captured.__setitem__(i, out[0] if isinstance(out, tuple) else out))
-        for i in sorted(set(layer_ids))
-    ]
+    last = max(layer_ids)
+
+    def hook(mod, args, out, i):
+        captured[i] = out[0] if isinstance(out, tuple) else out
+        if not logits and i == last:
+            raise _Enough
+
+    hooks = [layers[i].register_forward_hook(lambda m, a, o, i=i: hook(m, a, o, i)) for i in sorted(set(layer_ids))]
+    out = None
     try:
         out = target(input_ids=input_ids, attention_mask=attention_mask)
+    except _Enough:
+        pass
     finally:
         for h in hooks:
             h.remove()
-    return out.logits, torch.cat([captured[i] for i in layer_ids], dim=-1)
+    return (out.logits if out is not None else None), torch.cat([captured[i] for i in layer_ids], dim=-1)
 
 
 class RMSNorm(nn.Module):
@@ -54,12 +68,39 @@ class RMSNorm(nn.Module):
         return self.weight * x.to(dtype)
 
 
-def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype):
-    """NeoX-style (rotate-half) RoPE tables for integer positions [..., N] -> [..., N, head_dim]."""
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim))
+def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype,
+                 scaled: tuple[torch.Tensor, float] | None = None):
+    """NeoX-style (rotate-half) RoPE tables for integer positions [..., N] -> [..., N, head_dim].
+    ``scaled``: (inv_freq, attention factor) of a scaled rope (``scaled_rope``); None: plain rope."""
+    if scaled is None:
+        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim))
+        factor = 1.0
+    else:
+        inv_freq, factor = scaled[0].to(positions.device), scaled[1]
     freqs = positions.float()[..., None] * inv_freq
     emb = torch.cat([freqs, freqs], dim=-1)
-    return emb.cos().to(dtype), emb.sin().to(dtype)
+    if factor == 1.0:
+        return emb.cos().to(dtype), emb.sin().to(dtype)
+    return (emb.cos() * factor).to(dtype), (emb.sin() * factor).to(dtype)
+
+
+def scaled_rope(cfg: DrafterConfig) -> tuple[torch.Tensor, float] | None:
+    """(inv_freq, attention factor) of the drafter's scaled rope, computed by transformers' own
+    rope initialisers (what HF's Qwen3/LLaMA rotary embeddings, z-lab's `dflash` and, with the
+    same formulas, vLLM's get_rope use); None for plain rope."""
+    if not cfg.rope_scaling:
+        return None
+    from transformers import Qwen3Config
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    rope_type = cfg.rope_scaling.get("rope_type", "default")
+    if rope_type not in ROPE_INIT_FUNCTIONS:
+        raise ValueError(f"rope_type {rope_type!r} is unknown to transformers; use one of {sorted(ROPE_INIT_FUNCTIONS)}")
+    hf = Qwen3Config(hidden_size=cfg.hidden_size, num_attention_heads=cfg.num_attention_heads, head_dim=cfg.head_dim,
+                     max_position_embeddings=cfg.max_position_embeddings, rope_parameters=dict(cfg.rope_parameters))
+    with torch.device("cpu"):  # real tables even while a model is built on the meta device
+        inv_freq, factor = ROPE_INIT_FUNCTIONS[rope_type](hf, torch.device("cpu"))
+    return inv_freq.float(), float(factor)
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -127,13 +168,16 @@ class DFlashDrafter(nn.Module):
     """fc + hidden_norm fuse target features; every layer attends to them as extra K/V.
 
     ``inject_every_layer=False`` is the input-fusion ablation (EAGLE-3 style): the fused
-    features are K/V of the first layer only. It is not a published format.
+    features are K/V of the first layer only. It is not a published format: saved, it says so
+    (``dflash_vllm.variant``, its own architecture name) and serving refuses it. None: the
+    variant ``cfg`` names (every layer unless read from an ablation checkpoint).
     """
 
-    def __init__(self, cfg: DrafterConfig, inject_every_layer: bool = True):
+    def __init__(self, cfg: DrafterConfig, inject_every_layer: bool | None = None):
         super().__init__()
         self.cfg = cfg
-        self.inject_every_layer = inject_every_layer
+        self.inject_every_layer = cfg.inject_every_layer if inject_every_layer is None else inject_every_layer
+        self._scaled_rope = scaled_rope(cfg)
         self.layers = nn.ModuleList([DrafterLayer(cfg) for _ in range(cfg.num_hidden_layers)])
         self.fc = nn.Linear(len(cfg.target_layer_ids) * cfg.hidden_size, cfg.hidden_size, bias=False)
         self.hidden_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
@@ -152,8 +196,8 @@ class DFlashDrafter(nn.Module):
         mask: torch.Tensor | None = None,  # [B or 1, 1, Q, C + Q] bool, True = visible
     ) -> torch.Tensor:
         dtype = noise_embeds.dtype
-        cos, sin = rope_cos_sin(positions, self.cfg.head_dim, self.cfg.rope_theta, dtype)
-        ccos, csin = rope_cos_sin(ctx_positions, self.cfg.head_dim, self.cfg.rope_theta, dtype)
+        cos, sin = rope_cos_sin(positions, self.cfg.head_dim, self.cfg.rope_theta, dtype, self._scaled_rope)
+        ccos, csin = rope_cos_sin(ctx_positions, self.cfg.head_dim, self.cfg.rope_theta, dtype, self._scaled_rope)
         h = noise_embeds
         for i, layer in enumerate(self.layers):
             attn = layer.self_attn
@@ -170,25 +214,32 @@ class DFlashDrafter(nn.Module):
     # -- persistence in the published format -------------------------------------------
     @classmethod
     def from_pretrained(cls, path: str, dtype: torch.dtype = torch.float32) -> "DFlashDrafter":
-        from safetensors.torch import load_file
+        """Any checkpoint ``DrafterConfig`` reads (published or speculators format, any variant:
+        the ablation is built as the ablation, for evaluation; serving refuses it)."""
+        from .checkpoint import read_drafter_state_dict
 
-        cfg = DrafterConfig.from_pretrained(path)
+        cfg = DrafterConfig.from_pretrained(path, serving=False)
         model = cls(cfg)
-        state = {}
-        for name in sorted(os.listdir(path)):
-            if name.endswith(".safetensors"):
-                state.update(load_file(os.path.join(path, name)))
-        state = {k.removeprefix("model."): v for k, v in state.items()}
-        missing, unexpected = model.load_state_dict(state, strict=False)
+        missing, unexpected = model.load_state_dict(read_drafter_state_dict(cfg.path), strict=False)
         if missing:
             raise ValueError(f"drafter weights in {path} lack {missing[:4]}...; the checkpoint is incomplete")
         return model.to(dtype)
 
     def save_pretrained(self, path: str, extra_config: dict | None = None) -> None:
+        """config.json in the published format plus a ``dflash_vllm`` block recording what is
+        needed to serve it: the variant (and, for the ablation, an architecture name no DFlash
+        loader takes for the published one), the code that trained it (git commit when run
+        from a checkout), and the drafter's rope scaling at the top level."""
+        from dataclasses import replace
+
         from safetensors.torch import save_file
 
+        from .checkpoint import provenance_block, variant_name
+
         os.makedirs(path, exist_ok=True)
-        cfg = self.cfg.to_hf_dict()
+        dcfg = replace(self.cfg, variant=variant_name(self.inject_every_layer))
+        cfg = dcfg.to_hf_dict()
+        cfg["dflash_vllm"] = {**cfg["dflash_vllm"], **provenance_block(dcfg.variant)}
         cfg["torch_dtype"] = str(next(self.parameters()).dtype).removeprefix("torch.")
         cfg.update(extra_config or {})
         with open(os.path.join(path, "config.json"), "w") as f:

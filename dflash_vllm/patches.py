@@ -101,6 +101,23 @@ PATCHES: tuple[Patch, ...] = (
         "0.32", "when vLLM's CPU platform supports Ray", "cpu",
     ),
     Patch(
+        "adaptive-runner-hooks", "vllm.v1.worker.gpu_model_runner:GPUModelRunner.take_draft_token_ids",
+        "per runner instance, only with the adaptive policy or a K pin on: take_draft_token_ids "
+        "wrapped to cut each request's draft list to its chosen length, _bookkeeping_sync wrapped "
+        "to observe what was verified (proposers/dflash.py)",
+        "per-request draft lengths reach vLLM 0.32's scheduler only as the lists "
+        "take_draft_token_ids returns",
+        "0.32", "when vLLM's V1 runner takes per-request draft lengths from the proposer",
+    ),
+    Patch(
+        "sync-scheduling-default", "vllm.engine.arg_utils:EngineArgs.async_scheduling",
+        "with the adaptive policy or a K pin below num_speculative_tokens and async scheduling "
+        "unset, EngineArgs.async_scheduling is set False (an explicit --async-scheduling wins)",
+        "vLLM 0.32 skips take_draft_token_ids under async scheduling: K placeholder slots are "
+        "scheduled before the drafts exist",
+        "0.32", "when async scheduling accepts per-request draft lengths",
+    ),
+    Patch(
         "serve-exit-status", "vllm.entrypoints.launchers.launcher:terminate_if_errored",
         "`dflash-vllm serve` only: terminate_if_errored wrapped (also where vllm_error imported it) "
         "to record that the engine died; the command then exits 1 (cli.py)",

@@ -113,6 +113,7 @@ class _Load:
         self.errors: list[str] = []
         self.outputs: dict[tuple, list[str]] = {}
         self.rss: list[tuple[float, float]] = []
+        self.rss_by_process: list[tuple[float, dict[str, float]]] = []  # which process grows
 
     def _take(self) -> int:
         with self.lock:
@@ -143,13 +144,17 @@ class _Load:
         try:
             root = psutil.Process(self.srv.proc.pid)
             procs = [root, *root.children(recursive=True)]
-            total = 0
+            total, parts = 0, {}
             for p in procs:
                 try:
-                    total += p.memory_info().rss
+                    rss = p.memory_info().rss
+                    name = "api_server" if p.pid == root.pid else p.name()
                 except psutil.Error:
-                    pass
+                    continue
+                total += rss
+                parts[name] = parts.get(name, 0.0) + rss / 2**20
             self.rss.append((time.perf_counter() - t0, total / 2**20))
+            self.rss_by_process.append((time.perf_counter() - t0, parts))
         except psutil.Error:
             self.rss.append((time.perf_counter() - t0, float("nan")))
 
@@ -181,9 +186,12 @@ def _summary(load: _Load, minutes: float) -> dict:
         rows = [r for r in load.records if m * 60 <= r[0] < (m + 1) * 60]
         lat = [r[1] for r in rows if r[3]]
         rss = [x for t, x in load.rss if m * 60 <= t < (m + 1) * 60]
+        parts = [x for t, x in load.rss_by_process if m * 60 <= t < (m + 1) * 60]
         per_minute.append({"minute": m + 1, "requests": len(rows), "errors": sum(not r[3] for r in rows),
                            "p50_s": round(_percentile(lat, 0.5), 3), "p99_s": round(_percentile(lat, 0.99), 3),
-                           "rss_mib": round(statistics.mean(rss), 1) if rss else None})
+                           "rss_mib": round(statistics.mean(rss), 1) if rss else None,
+                           "rss_mib_by_process": {n: round(statistics.mean(p.get(n, 0.0) for p in parts), 1)
+                                                  for n in sorted({n for p in parts for n in p})}})
     repeat_mismatch = sum(len(set(v)) > 1 for k, v in load.outputs.items() if k[0] in ("greedy", "greedy_stop"))
     seeded_repeat_diff = sum(len(set(v)) > 1 for k, v in load.outputs.items() if k[0].startswith("seeded"))
     return {"requests": len(load.records), "errors": len(load.errors), "error_samples": load.errors[:10],

@@ -36,19 +36,85 @@ from vllm.v1.attention.backend import (
 from vllm.v1.kv_cache_layout import KVCacheLayout
 
 BACKEND_NAME = "CUSTOM"
+# vLLM's block 0 is its null block: never allocated to a request, so a safe sink for padding.
+NULL_SLOT = 0
 
 
 def write_kv(kv_cache: torch.Tensor, key: torch.Tensor, value: torch.Tensor, slot_mapping: torch.Tensor) -> None:
-    """Scatter key/value [N, nkv, D] into the paged cache at linear slots [N] (negative = skip)."""
+    """Scatter key/value [N, nkv, D] into the paged cache at linear slots [N].
+
+    Negative slots (padding: vLLM's ``PAD_SLOT_ID``) are redirected to ``NULL_SLOT`` in vLLM's
+    null block instead of being filtered out, so the slots are never inspected on the host
+    (no device sync). Only masked key positions ever read the null block.
+    """
     if kv_cache.numel() == 0:  # not bound yet (profiling run)
         return
-    valid = slot_mapping >= 0
-    if not bool(valid.all()):
-        slot_mapping, key, value = slot_mapping[valid], key[valid], value[valid]
+    slot_mapping = slot_mapping.clamp_min(NULL_SLOT)
     block_size, d = kv_cache.shape[2], key.shape[-1]
     blk, off = slot_mapping // block_size, slot_mapping % block_size
     kv_cache[blk, :, off, :d] = key.to(kv_cache.dtype)
     kv_cache[blk, :, off, d:] = value.to(kv_cache.dtype)
+
+
+def context_index(
+    block_table: torch.Tensor,  # [num_reqs, max_blocks] physical (kernel) block ids
+    seq_lens: torch.Tensor,  # [num_reqs] context lengths
+    block_size: int,  # kernel block size (the cache's dim 2)
+    query_len: int,
+    max_ctx: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Where each request's context lies in the paged cache, and which keys it may see.
+
+    ``max_ctx=None``: exact lengths, read from ``seq_lens`` on the host (free on CPU, a sync on
+    a GPU); when all requests have the same length no mask is needed. Otherwise ``max_ctx``
+    bounds every length from above and positions past a request's length are masked.
+
+    Returns ``ctx_block``, ``ctx_offset`` [num_reqs, max_ctx] and ``key_mask``
+    [num_reqs, 1, 1, max_ctx + query_len] (True = visible; None = all visible).
+    """
+    num_reqs, device = block_table.shape[0], block_table.device
+    seq_lens = seq_lens.to(device)
+    uniform = False
+    if max_ctx is None:
+        lo, hi = torch.aminmax(seq_lens)
+        max_ctx = max(1, int(hi))
+        uniform = int(lo) == max_ctx
+    pos = torch.arange(max_ctx, device=device)
+    col = (pos // block_size).clamp_max(block_table.shape[1] - 1)
+    ctx_block = block_table[:, col]  # [num_reqs, max_ctx]
+    ctx_offset = (pos % block_size).expand(num_reqs, -1)
+    key_mask = None
+    if not uniform:
+        ctx_visible = pos[None, :] < seq_lens[:, None]
+        block_visible = torch.ones(num_reqs, query_len, dtype=torch.bool, device=device)
+        key_mask = torch.cat([ctx_visible, block_visible], dim=1)[:, None, None, :]
+    return ctx_block, ctx_offset, key_mask
+
+
+def dflash_attention(
+    query: torch.Tensor,  # [n, num_heads, D]; n = num_reqs * query_len, request-major
+    key: torch.Tensor,  # [n, num_kv_heads, D]: the block's own keys (normed, RoPE'd)
+    value: torch.Tensor,  # [n, num_kv_heads, D]
+    kv_cache: torch.Tensor,  # [num_blocks, num_kv_heads, block_size, 2 * D], any strides
+    md: "DFlashAttentionMetadata",
+    scale: float,
+) -> torch.Tensor:
+    """Every block position attends to its request's whole cached context and, without a
+    causal mask, to its own block. Returns [n, num_heads, D]. No forward context needed:
+    the backend's forward is this call plus a copy into vLLM's output buffer."""
+    b, q_len = md.num_reqs, md.query_len
+    n, num_heads, d = query.shape
+    num_kv_heads = key.shape[1]
+    q = query.reshape(b, q_len, num_heads, d).transpose(1, 2)
+    blk_k = key.reshape(b, q_len, num_kv_heads, d)
+    blk_v = value.reshape(b, q_len, num_kv_heads, d)
+    ctx = kv_cache[md.ctx_block, :, md.ctx_offset].to(q.dtype)  # [b, max_ctx, nkv, 2D]
+    kv = torch.cat([ctx, torch.cat([blk_k, blk_v], dim=-1)], dim=1).transpose(1, 2)  # [b, nkv, ctx+q, 2D]
+    k, v = kv[..., :d], kv[..., d:]
+    out = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=md.key_mask, scale=scale, enable_gqa=num_heads != num_kv_heads
+    )
+    return out.transpose(1, 2).reshape(n, num_heads, d)
 
 
 @dataclass
@@ -78,24 +144,12 @@ class DFlashAttentionMetadataBuilder(AttentionMetadataBuilder[DFlashAttentionMet
         if num_tokens != num_reqs * query_len:
             raise ValueError("DFlash drafter attention expects the same block length for every request")
         block_table = cad.block_table_tensor[:num_reqs]
-        seq_lens = cad.seq_lens[:num_reqs].to(block_table.device)
-        uniform = False
-        if block_table.device.type == "cpu":  # exact lengths cost no device sync here
-            lo, hi = torch.aminmax(seq_lens)
-            max_ctx, uniform = max(1, int(hi)), int(lo) == int(hi)
-        else:  # an upper bound (the rejected tail included), masked below
-            max_ctx = max(1, int(cad.max_seq_len))
-        pos = torch.arange(max_ctx, device=block_table.device)
+        # On CPU exact lengths cost no device sync; on a GPU take vLLM's upper bound (the
+        # rejected tail included) and mask.
+        max_ctx = None if block_table.device.type == "cpu" else max(1, int(cad.max_seq_len))
         # Kernel blocks may be smaller than manager blocks; the table we get is in kernel units.
         bs = self._kernel_block_size(self.kv_cache_spec.block_size)
-        col = (pos // bs).clamp_max(block_table.shape[1] - 1)
-        ctx_block = block_table[:, col]  # [num_reqs, max_ctx]
-        ctx_offset = (pos % bs).expand(num_reqs, -1)
-        key_mask = None  # None: every request sees all max_ctx context positions and its whole block
-        if not uniform:
-            ctx_visible = pos[None, :] < seq_lens[:, None]
-            block_visible = torch.ones(num_reqs, query_len, dtype=torch.bool, device=block_table.device)
-            key_mask = torch.cat([ctx_visible, block_visible], dim=1)[:, None, None, :]
+        ctx_block, ctx_offset, key_mask = context_index(block_table, cad.seq_lens[:num_reqs], bs, query_len, max_ctx)
         return DFlashAttentionMetadata(num_reqs, num_tokens, query_len, ctx_block, ctx_offset, key_mask)
 
     def _kernel_block_size(self, default: int) -> int:
@@ -138,18 +192,14 @@ class DFlashAttentionImpl(AttentionImpl):
         if attn_metadata is None:  # profiling / warm-up
             return output
         md: DFlashAttentionMetadata = attn_metadata
-        b, q_len, d = md.num_reqs, md.query_len, self.head_size
-        n = md.num_actual_tokens
-        q = query[:n].reshape(b, q_len, self.num_heads, d).transpose(1, 2)
-        blk_k = key[:n].reshape(b, q_len, self.num_kv_heads, d)
-        blk_v = value[:n].reshape(b, q_len, self.num_kv_heads, d)
-        ctx = kv_cache[md.ctx_block, :, md.ctx_offset].to(q.dtype)  # [b, max_ctx, nkv, 2D]
-        kv = torch.cat([ctx, torch.cat([blk_k, blk_v], dim=-1)], dim=1).transpose(1, 2)  # [b, nkv, ctx+q, 2D]
-        k, v = kv[..., :d], kv[..., d:]
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=md.key_mask, scale=self.scale, enable_gqa=self.num_heads != self.num_kv_heads
+        n, d = md.num_actual_tokens, self.head_size
+        out = dflash_attention(
+            query[:n].reshape(n, self.num_heads, d),
+            key[:n].reshape(n, self.num_kv_heads, d),
+            value[:n].reshape(n, self.num_kv_heads, d),
+            kv_cache, md, self.scale,
         )
-        output[:n].view(n, -1).copy_(out.transpose(1, 2).reshape(n, -1))
+        output[:n].view(n, -1).copy_(out.reshape(n, -1))
         return output
 
 

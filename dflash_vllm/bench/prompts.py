@@ -7,7 +7,9 @@ tests' data):
   chat                                  chat-like: two earlier user/assistant turns from other
                                         families, then a new question (longer, mixed context)
   free                                  freely phrased requests written by hand, in no task
-                                        template (the drafter's hard case: tau near 1)
+                                        template (the demo drafter's hard case: tau near 1)
+  freechat                              multi-turn chats written by hand: earlier turns, then a
+                                        follow-up (for real targets such as SmolLM2)
 A file gives a custom set: NAME=PATH, PATH a .jsonl of {"prompt": str} or {"messages": [...]}
 lines, or a text file with one prompt per line (the way to benchmark a real target).
 """
@@ -19,7 +21,7 @@ import random
 
 from ..training.tasks import FAMILIES, make_samples
 
-BUILTIN = (*FAMILIES, "tasks", "chat", "free")
+BUILTIN = (*FAMILIES, "tasks", "chat", "free", "freechat")
 
 # Written for the benchmark, not generated from training/tasks.py: the kind of thing people type.
 FREE = (
@@ -56,6 +58,31 @@ FREE = (
     "Who wrote Don Quixote?",
     "What's 7 times 8, and how can I remember it?",
 )
+# Multi-turn chats written by hand (user, assistant, ..., user), in no generated template.
+FREE_CHAT = (
+    ("I'm planning a picnic on Saturday.", "That sounds lovely! Do you need help with food, games or a packing list?",
+     "Food ideas please, for four people, nothing that needs cooking."),
+    ("What's a good first programming language?", "Python is a popular choice: its syntax is readable and it is used everywhere.",
+     "OK, how do I print hello world in it?"),
+    ("my tomato plants have yellow leaves", "Yellow leaves often mean too much water or too little nitrogen. How often do you water them?",
+     "every day, in the morning"),
+    ("Can you recommend a book?", "Sure! What kind of books do you enjoy: novels, history, science, something else?",
+     "Something about space, but not too technical."),
+    ("How many legs does a spider have?", "A spider has eight legs.", "And an ant?"),
+    ("I need to write a speech for my friend's wedding.", "Happy to help. How do you know the couple, and how long should it be?",
+     "We met at university, and about two minutes."),
+    ("What's 15% of 80?", "15% of 80 is 12.", "And if the price is 80 plus a 15% tip, what do I pay?"),
+    ("Tell me about Mars.", "Mars is the fourth planet from the Sun, a cold desert world with a thin atmosphere and two small moons.",
+     "Could people live there one day?"),
+    ("I keep forgetting to drink water.", "A simple trick is to tie drinking to habits you already have, like every meal or every meeting.",
+     "Any apps or gadgets that help?"),
+    ("Write me a Python function that adds two numbers.", "def add(a, b):\n    return a + b",
+     "Now make it add any number of numbers."),
+    ("Which is heavier, a kilo of feathers or a kilo of steel?", "They weigh the same: one kilogram each.",
+     "Then why does steel feel heavier?"),
+    ("I want to start running.", "Great goal! Begin with short run-walk sessions three times a week and build up slowly.",
+     "How long until I can run 5 km without stopping?"),
+)
 _SEED = 707
 
 
@@ -66,6 +93,12 @@ def _messages(name: str, n: int) -> list[list[dict]]:
         return [[{"role": "user", "content": s.prompt}] for s in make_samples(n, _SEED + 10, FAMILIES[:4])]
     if name == "free":
         return [[{"role": "user", "content": FREE[i % len(FREE)]}] for i in range(n)]
+    if name == "freechat":
+        convs = []
+        for i in range(n):
+            turns = FREE_CHAT[i % len(FREE_CHAT)]
+            convs.append([{"role": "user" if j % 2 == 0 else "assistant", "content": t} for j, t in enumerate(turns)])
+        return convs
     if name == "chat":
         r = random.Random(_SEED + 20)
         pool = make_samples(3 * n, _SEED + 21)

@@ -40,14 +40,6 @@ _STACKED = {
 }
 
 
-def rotate_neox(x: torch.Tensor, cos_sin: torch.Tensor) -> torch.Tensor:
-    """x [N, heads, D], cos_sin [N, D] (cos | sin halves) -> RoPE'd x (rotate-half style)."""
-    cos, sin = cos_sin.to(x.dtype).chunk(2, dim=-1)
-    cos, sin = cos[:, None], sin[:, None]
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
-
-
 class DrafterAttention(nn.Module):
     def __init__(self, cfg: DrafterConfig, max_position: int, cache_config, prefix: str):
         super().__init__()
@@ -69,7 +61,7 @@ class DrafterAttention(nn.Module):
         self.q_norm = RMSNorm(self.head_dim, eps=cfg.rms_norm_eps)
         self.k_norm = RMSNorm(self.head_dim, eps=cfg.rms_norm_eps)
         self.rotary_emb = get_rope(
-            self.head_dim, max_position=max_position, rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta}
+            self.head_dim, max_position=max_position, rope_parameters=cfg.rope_parameters  # rope_scaling included
         )
         self.attn = Attention(
             self.num_heads, self.head_dim, self.head_dim**-0.5, num_kv_heads=self.num_kv_heads,
@@ -149,20 +141,27 @@ class DFlashDrafterModel(nn.Module):
         slot_mapping: torch.Tensor | None,  # [N]; None = compute only (memory profiling)
     ) -> None:
         n = target_features.shape[0]
-        num_layers, attn0 = len(self.layers), self.layers[0].self_attn
-        nkv, hd = attn0.num_kv_heads, attn0.head_dim
+        attns = [layer.self_attn for layer in self.layers]
+        num_layers, nkv, hd = len(attns), attns[0].num_kv_heads, attns[0].head_dim
         fused = self.hidden_norm(self.fc(target_features))  # [N, H]
         # One GEMM for every layer's K and V instead of L small ones.
         kv = F.linear(fused, self._ctx_kv_weight, self._ctx_kv_bias).view(n, num_layers, 2, nkv, hd)
-        k, v = kv[:, :, 0], kv[:, :, 1]  # [N, L, nkv, hd]
-        kf = k.float()
-        k = (kf * torch.rsqrt(kf.pow(2).mean(-1, keepdim=True) + self._eps)).to(k.dtype) * self._k_norm_weight[:, None]
-        cos_sin = attn0.rotary_emb.cos_sin_cache.index_select(0, positions)
-        k = rotate_neox(k.reshape(n, num_layers * nkv, hd), cos_sin).view(n, num_layers, nkv, hd)
+        # Key norm and RoPE through each layer's own modules, the ones its block keys go
+        # through (vLLM's fused ops where enabled): one definition of each, so context and
+        # block keys cannot drift apart.
+        k = torch.stack([a.k_norm(kv[:, i, 0]) for i, a in enumerate(attns)], dim=1)  # [N, L, nkv, hd]
+        rope = attns[0].rotary_emb
+        if all(a.rotary_emb is rope for a in attns):  # get_rope shares one module: one call for all layers
+            k = rope(positions, k.view(n, num_layers * nkv * hd))[0].view(n, num_layers, nkv, hd)
+        else:
+            k = torch.stack(
+                [a.rotary_emb(positions, k[:, i].reshape(n, nkv * hd))[0].view(n, nkv, hd) for i, a in enumerate(attns)],
+                dim=1,
+            )
         if slot_mapping is None:
             return
-        for i, layer in enumerate(self.layers):
-            write_kv(layer.self_attn.attn.kv_cache, k[:, i], v[:, i], slot_mapping)
+        for i, a in enumerate(attns):
+            write_kv(a.attn.kv_cache, k[:, i], kv[:, i, 1], slot_mapping)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, inputs_embeds: torch.Tensor | None = None):
         h = self.embed_input_ids(input_ids) if inputs_embeds is None else inputs_embeds
@@ -174,12 +173,16 @@ class DFlashDrafterModel(nn.Module):
 
     # -- weights ----------------------------------------------------------------------------
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        """Published (z-lab, ours) and speculators-format tensors: names mapped by
+        checkpoint.drafter_tensor_name, the same map the pre-flight weight check uses."""
+        from ..checkpoint import drafter_tensor_name
+
         params = dict(self.named_parameters())
         loaded: set[str] = set()
         for name, w in weights:
-            name = name.removeprefix("model.")
-            if name.startswith(("embed_tokens", "lm_head")):
-                continue  # the target's are used
+            name = drafter_tensor_name(name)
+            if name is None:
+                continue  # the target's embedding / LM head (and speculators' verifier copies) are used
             for old, (new, shard) in _STACKED.items():
                 if old in name:
                     fused = name.replace(old, new)
@@ -199,9 +202,8 @@ class DFlashDrafterModel(nn.Module):
         return loaded
 
     def _build_context_kv_weights(self) -> None:
+        """Every layer's K and V rows of ``qkv_proj``, stacked for ``write_context_kv``'s one GEMM."""
         attns = [layer.self_attn for layer in self.layers]
         self._ctx_kv_weight = torch.cat([a.qkv_proj.weight[a.q_size :] for a in attns], dim=0)
         bias = [a.qkv_proj.bias for a in attns]
         self._ctx_kv_bias = None if bias[0] is None else torch.cat([b[a.q_size :] for a, b in zip(attns, bias)])
-        self._k_norm_weight = torch.stack([a.k_norm.weight.data for a in attns])  # [L, hd]
-        self._eps = attns[0].k_norm.variance_epsilon

@@ -38,7 +38,7 @@ from vllm.model_executor.models.interfaces import supports_multimodal
 from vllm.v1.attention.backend import CommonAttentionMetadata
 from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
 
-from .. import adaptive
+from .. import adaptive, patches
 from ..config import DrafterConfig, validate_pair
 
 logger = init_logger("vllm.dflash_vllm.proposer")
@@ -96,6 +96,7 @@ class DFlashProposer(SpecDecodeBaseProposer):
                 logger.warning("dflash-vllm: async scheduling is on, so every request drafts K=%d every step "
                                "(adaptive drafting and %s need --no-async-scheduling)", k_max, adaptive.CONFIG_KEY)
             return
+        patches.require("adaptive-runner-hooks")  # asserts the hooked attribute exists
         runner._bookkeeping_sync = _after(runner._bookkeeping_sync, self._observe_verified)
         take = runner.take_draft_token_ids
         runner.take_draft_token_ids = lambda: self._submit(take())

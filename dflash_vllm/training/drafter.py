@@ -61,7 +61,7 @@ def loss_weights(block_size: int, decay: float | None) -> torch.Tensor:
 def target_features(target, input_ids: torch.Tensor, layer_ids: list[int], attention_mask=None) -> torch.Tensor:
     """[B, T, n * H] outputs of the selected target layers, exactly as vLLM hands them over."""
     with torch.no_grad():
-        return target_layer_outputs(target, input_ids, layer_ids, attention_mask)[1]
+        return target_layer_outputs(target, input_ids, layer_ids, attention_mask, logits=False)[1]
 
 
 def pick_anchors(prompt_len: int, length: int, n: int, block_size: int, rng: random.Random, random_anchors: bool) -> list[int]:
@@ -128,18 +128,47 @@ def drafter_loss(drafter, embed, lm_head, feats, tokens, anchors_per_seq, seq_le
     return loss, correct
 
 
+@torch.no_grad()
+def offline_tau(drafter, embed, lm_head, feats, tokens, seq_lens, prompt_lens, block_size: int, stride: int = 4) -> float:
+    """Greedy tau on held-out target outputs, without a serving engine.
+
+    The data are the target's own greedy responses, so a block drafted at anchor a is accepted
+    exactly as far as its argmax drafts match the data: accepted(a) = the longest k with
+    draft[1..k] == tokens[a+1..a+k]. Averaged over anchors every `stride` response positions
+    that leave a whole block (decoding visits a subset of them, so this is an estimate of the
+    served tau, not the served number itself)."""
+    was_training = drafter.training
+    drafter.eval()
+    accepted = []
+    for i in range(tokens.shape[0]):  # one sequence at a time: logits for every anchor are large
+        n = seq_lens[i]
+        anchors = [list(range(prompt_lens[i], n - block_size + 1, stride))]
+        if not anchors[0]:
+            continue
+        tok = tokens[i : i + 1, :n]
+        block_ids, positions, labels, mask = build_block_inputs(tok, anchors, block_size, drafter.cfg.mask_token_id, [n])
+        hidden = drafter(embed(block_ids), positions, drafter.fuse(feats[i : i + 1, :n]), torch.arange(n)[None], mask)
+        drafts = lm_head(hidden).argmax(-1).view(-1, block_size)[:, 1:]
+        accepted.append((drafts == labels.view(-1, block_size)[:, 1:]).long().cumprod(-1).sum(-1))
+    drafter.train(was_training)
+    return round(1 + torch.cat(accepted).float().mean().item(), 3) if accepted else float("nan")
+
+
 def new_drafter_config(target_cfg, recipe: Recipe, mask_token_id: int) -> DrafterConfig:
     t = target_cfg
     n_layers = t.num_hidden_layers
     layer_ids = recipe.target_layer_ids or default_target_layer_ids(n_layers, recipe.num_draft_layers)
-    rope_theta = getattr(t, "rope_theta", None) or (getattr(t, "rope_parameters", None) or {}).get("rope_theta", 1e6)
+    from ..checkpoint import rope_of
+
+    rope_theta, rope_scaling = rope_of(t)
+    rope_theta = rope_theta or 1e6
     return DrafterConfig(
         hidden_size=t.hidden_size, num_hidden_layers=recipe.num_draft_layers, num_attention_heads=t.num_attention_heads,
         num_key_value_heads=t.num_key_value_heads, head_dim=getattr(t, "head_dim", None) or t.hidden_size // t.num_attention_heads,
         intermediate_size=t.intermediate_size, vocab_size=t.vocab_size, rms_norm_eps=t.rms_norm_eps,
         rope_theta=float(rope_theta), max_position_embeddings=t.max_position_embeddings, block_size=recipe.block_size,
         num_target_layers=n_layers, target_layer_ids=list(layer_ids), mask_token_id=mask_token_id,
-        model_type=t.model_type if t.model_type in ("qwen3", "llama") else "qwen3",
+        model_type=t.model_type if t.model_type in ("qwen3", "llama") else "qwen3", rope_scaling=rope_scaling,
     )
 
 
@@ -196,11 +225,14 @@ def load_examples(path: str) -> list[dict]:
 
 def train(target_path: str, data_path: str, out: str, recipe: Recipe, mask_token_id: int | None = None,
           max_steps: int | None = None, progress: bool = True, threads: int = 0,
-          feature_cache: str | None = None, feature_cache_dtype: str = "float32") -> dict:
+          feature_cache: str | None = None, feature_cache_dtype: str = "float32",
+          eval_data: str | None = None, eval_every: int = 0, snapshot_every: int = 0) -> dict:
     """Train and save a drafter in the published format; returns the training record.
 
     Target features are computed online from the frozen target, or, with `feature_cache` (a
-    directory), computed once per example and read back from disk afterwards."""
+    directory), computed once per example and read back from disk afterwards. With `eval_data`
+    (held-out jsonl in the same format), `offline_tau` is recorded every `eval_every` steps;
+    `snapshot_every` keeps a servable drafter every that many steps in `out/step-N`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if threads:
@@ -227,12 +259,29 @@ def train(target_path: str, data_path: str, out: str, recipe: Recipe, mask_token
     )
     weights = loss_weights(recipe.block_size, recipe.decay)
     state_path = os.path.join(out, "train_state.pt")
-    step, losses, accs = 0, [], []
+    step, losses, accs, taus = 0, [], [], []
     os.makedirs(out, exist_ok=True)
+    held = None
+    if eval_data and eval_every:
+        ev = load_examples(eval_data)
+        seqs_e = [e["prompt_ids"] + e["response_ids"] for e in ev]
+        t_e = max(map(len, seqs_e))
+        tok_e = torch.tensor([x + [0] * (t_e - len(x)) for x in seqs_e])
+        att_e = torch.tensor([[1] * len(x) + [0] * (t_e - len(x)) for x in seqs_e])
+        held = (target_features(target, tok_e, cfg.target_layer_ids, att_e), tok_e, [len(x) for x in seqs_e],
+                [len(e["prompt_ids"]) for e in ev])
+
+    def evaluate_now():
+        if held is not None:
+            taus.append([step, offline_tau(drafter, embed, lm_head, held[0], held[1], held[2], held[3], recipe.block_size)])
+            if bar is not None:
+                bar.write(f"step {step}: offline tau {taus[-1][1]}")
+
     if os.path.exists(state_path):  # resume
         s = torch.load(state_path, weights_only=True)  # plain tensors and numbers: no pickled code runs
         drafter.load_state_dict(s["drafter"]), opt.load_state_dict(s["opt"]), sched.load_state_dict(s["sched"])
         step, losses, accs, rng_state = s["step"], s["losses"], s["accs"], s["rng"]
+        taus = s.get("taus", [])
         rng.setstate(rng_state)
         torch.set_rng_state(s["torch_rng"])
     order: list[int] = []
@@ -243,6 +292,8 @@ def train(target_path: str, data_path: str, out: str, recipe: Recipe, mask_token
 
         bar = tqdm(total=total, initial=step, desc="drafter", dynamic_ncols=True)
     drafter.train()
+    if not taus:
+        evaluate_now()
     while step < total:
         if not order:
             order = list(range(len(examples)))
@@ -272,9 +323,13 @@ def train(target_path: str, data_path: str, out: str, recipe: Recipe, mask_token
         if bar is not None:
             bar.update(1)
             bar.set_postfix(loss=f"{loss.item():.3f}", acc1=f"{acc[0].item():.2f}")
-        if step % 200 == 0 or step == total:
+        if eval_every and step % eval_every == 0:
+            evaluate_now()
+        if snapshot_every and step % snapshot_every == 0:
+            drafter.save_pretrained(os.path.join(out, f"step-{step}"), extra_config={"dflash_vllm_training": {"recipe": asdict(recipe), "steps": step}})
+        if step % 100 == 0 or step == total:
             torch.save({"drafter": drafter.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(), "step": step,
-                        "losses": losses, "accs": accs, "rng": rng.getstate(), "torch_rng": torch.get_rng_state()}, state_path)
+                        "losses": losses, "accs": accs, "taus": taus, "rng": rng.getstate(), "torch_rng": torch.get_rng_state()}, state_path)
     if bar is not None:
         bar.close()
     import transformers
@@ -286,6 +341,7 @@ def train(target_path: str, data_path: str, out: str, recipe: Recipe, mask_token
         "final_loss_mean_last_50": round(sum(losses[-50:]) / max(1, len(losses[-50:])), 4),
         "position_accuracy_last_50": [round(sum(a[k] for a in accs[-50:]) / max(1, len(accs[-50:])), 3) for k in range(recipe.block_size - 1)],
         "loss_curve_every_20": losses[::20],
+        "offline_tau_curve": taus,
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
     }
     drafter.save_pretrained(out, extra_config={"dflash_vllm_training": {"recipe": asdict(recipe), "steps": step}})
@@ -304,6 +360,9 @@ def main(argv=None):
     ap.add_argument("--mask-token-id", type=int, default=None)
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--feature-cache", default=None, help="directory: compute target features once, read them back")
+    ap.add_argument("--eval-data", default=None, help="held-out jsonl (same format as --data): offline greedy tau")
+    ap.add_argument("--eval-every", type=int, default=0, help="steps between offline tau evaluations (0: never)")
+    ap.add_argument("--snapshot-every", type=int, default=0, help="keep a servable drafter every N steps in OUT/step-N")
     ap.add_argument("--feature-cache-dtype", default="float32", choices=["float32", "float16", "bfloat16"],
                     help="storage dtype of cached features (float16 halves the disk, at a small rounding)")
     for name, field in Recipe.__dataclass_fields__.items():
@@ -317,7 +376,8 @@ def main(argv=None):
     args = ap.parse_args(argv)
     recipe = Recipe(**{k: getattr(args, k) for k in Recipe.__dataclass_fields__})
     record = train(args.target, args.data, args.out, recipe, args.mask_token_id, args.max_steps, threads=args.threads,
-                   feature_cache=args.feature_cache, feature_cache_dtype=args.feature_cache_dtype)
+                   feature_cache=args.feature_cache, feature_cache_dtype=args.feature_cache_dtype,
+                   eval_data=args.eval_data, eval_every=args.eval_every, snapshot_every=args.snapshot_every)
     print(json.dumps({k: v for k, v in record.items() if k != "loss_curve_every_20"}, indent=1))
 
 

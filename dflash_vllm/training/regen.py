@@ -2,7 +2,9 @@
 
 Prompts come from a ``.jsonl`` file (``{"prompt": ...}`` or ``{"messages": [...]}`` per line)
 or a text file (one prompt per line). Chat templates are applied when the tokenizer has one.
-Writes jsonl ``{"prompt_ids": [...], "response_ids": [...]}`` for `dflash-vllm train`.
+Writes jsonl ``{"prompt_ids": [...], "response_ids": [...]}`` for `dflash-vllm train`, in
+chunks of ``--chunk`` prompts appended as they finish: a stopped run resumes after the last
+complete chunk (the lines already written are kept, in prompt order).
 The only vLLM import in `dflash_vllm.training`.
 """
 
@@ -22,7 +24,7 @@ def read_prompts(path: str) -> list:
 
 
 def regenerate(target: str, prompts: list, out: str, max_tokens: int = 256, temperature: float = 0.0,
-               seed: int = 0, **llm_kwargs) -> int:
+               seed: int = 0, chunk: int = 256, **llm_kwargs) -> int:
     from transformers import AutoTokenizer
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
@@ -36,16 +38,35 @@ def regenerate(target: str, prompts: list, out: str, max_tokens: int = 256, temp
         else:
             ids.append(tok(p)["input_ids"])
     ids = [list(x["input_ids"]) if isinstance(x, dict) or hasattr(x, "keys") else list(x) for x in ids]
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    done = 0
+    if os.path.exists(out):  # resume: keep complete lines, drop a torn last one
+        with open(out) as f:
+            lines = [x for x in f.read().split("\n") if x.strip()]
+        good = []
+        for x in lines:
+            try:
+                good.append(json.loads(x)["prompt_ids"])
+            except (ValueError, KeyError):
+                break
+        if good != ids[: len(good)]:
+            raise SystemExit(f"dflash-vllm regen: error: {out} holds responses to other prompts; pass a new --out")
+        done = len(good)
+        with open(out, "w") as f:
+            f.writelines(x + "\n" for x in lines[:done])
+    if done >= len(ids):
+        return len(ids)
     llm_kwargs.setdefault("gpu_memory_utilization", 0.3)
     llm_kwargs.setdefault("dtype", "float32")
     llm = LLM(model=target, seed=seed, **llm_kwargs)
     params = SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=seed if temperature > 0 else None)
-    outs = llm.generate([TokensPrompt(prompt_token_ids=x) for x in ids], params)
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    with open(out, "w") as f:
-        for x, o in zip(ids, outs):
-            f.write(json.dumps({"prompt_ids": x, "response_ids": list(o.outputs[0].token_ids)}) + "\n")
-    return len(outs)
+    for start in range(done, len(ids), chunk):
+        part = ids[start : start + chunk]
+        outs = llm.generate([TokensPrompt(prompt_token_ids=x) for x in part], params)
+        with open(out, "a") as f:
+            for x, o in zip(part, outs):
+                f.write(json.dumps({"prompt_ids": x, "response_ids": list(o.outputs[0].token_ids)}) + "\n")
+    return len(ids)
 
 
 def main(argv=None):
@@ -57,9 +78,11 @@ def main(argv=None):
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-model-len", type=int, default=2048)
+    ap.add_argument("--chunk", type=int, default=256, help="prompts per chunk written (resume granularity)")
+    ap.add_argument("--enforce-eager", action="store_true", help="skip torch.compile (start-up minutes on CPU; small jobs)")
     args = ap.parse_args(argv)
     n = regenerate(args.target, read_prompts(args.prompts), args.out, args.max_tokens, args.temperature, args.seed,
-                   max_model_len=args.max_model_len)
+                   chunk=args.chunk, max_model_len=args.max_model_len, enforce_eager=args.enforce_eager)
     print(f"wrote {n} target responses to {args.out}")
 
 

@@ -55,7 +55,8 @@ def baseline(tiny_dir, workload):
                                "requests": workload})
 
 
-@pytest.mark.parametrize("k", [1, 3, 7, 15, "adaptive"])
+# K = 3 runs with `-m slow` only: 1, 7 and 15 bracket it, and the default suite stays near 30 min.
+@pytest.mark.parametrize("k", [1, pytest.param(3, marks=pytest.mark.slow), 7, 15, "adaptive"])
 def test_greedy_identical_to_no_speculation(tiny_dir, trained_tiny_drafter, workload, baseline, k):
     spec = {"method": "dflash", "model": trained_tiny_drafter, "num_speculative_tokens": k}
     if k == "adaptive":  # the adaptive policy (0..15 drafts per request per step)

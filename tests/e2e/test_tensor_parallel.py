@@ -41,15 +41,29 @@ def runs():
     base = {"model": TARGET, "requests": reqs, "engine": {"max_num_seqs": 6, "kv_cache_memory_bytes": 2**27}}
     env1 = {"VLLM_CPU_OMP_THREADS_BIND": _bind().split("|")[0]}
     env2 = {"VLLM_CPU_OMP_THREADS_BIND": _bind()}
-    out = {
-        "nospec": run_job_subprocess(dict(base, speculative_config=None), env=env1),
-        "tp1": run_job_subprocess(dict(base, speculative_config=spec), env=env1),
-    }
-    for backend in ("mp", "ray"):
-        engine = dict(base["engine"], tensor_parallel_size=2, distributed_executor_backend=backend)
-        out[f"tp2_{backend}"] = run_job_subprocess(dict(base, speculative_config=spec, engine=engine), env=env2,
-                                                   timeout=900)
-    return out
+
+    def run(name):  # each engine starts on first use: the default suite skips the `slow` mp runs
+        if name in ("nospec", "tp1"):
+            return run_job_subprocess(dict(base, speculative_config=None if name == "nospec" else spec), env=env1)
+        engine = dict(base["engine"], tensor_parallel_size=2, distributed_executor_backend=name.removeprefix("tp2_"))
+        return run_job_subprocess(dict(base, speculative_config=spec, engine=engine), env=env2, timeout=900)
+
+    return _Lazy(run)
+
+
+class _Lazy(dict):
+    def __init__(self, make):
+        super().__init__()
+        self.make = make
+
+    def __missing__(self, key):
+        self[key] = self.make(key)
+        return self[key]
+
+
+# The multiprocessing executor is vLLM's own, exercised by vLLM's tests; Ray is ours to keep working
+# on CPU (fixes/ray_cpu.py), so only Ray stays in the default suite (`-m slow` runs both).
+MP = pytest.param("mp", marks=pytest.mark.slow)
 
 
 def _tau(run):
@@ -57,13 +71,13 @@ def _tau(run):
     return 1 + sum(acc) / len(acc)
 
 
-@pytest.mark.parametrize("name", ["tp1", "tp2_mp", "tp2_ray"])
+@pytest.mark.parametrize("name", ["tp1", pytest.param("tp2_mp", marks=pytest.mark.slow), "tp2_ray"])
 def test_greedy_outputs_identical_to_no_speculation(runs, name):
     for i, (a, b) in enumerate(zip(runs["nospec"]["outputs"], runs[name]["outputs"])):
         assert a["token_ids"] == b["token_ids"], f"{name} request {i}: {first_divergence(a['token_ids'], b['token_ids'])}"
 
 
-@pytest.mark.parametrize("backend,executor", [("mp", "MultiprocExecutor"), ("ray", "CpuRayExecutor")])
+@pytest.mark.parametrize("backend,executor", [pytest.param("mp", "MultiprocExecutor", marks=pytest.mark.slow), ("ray", "CpuRayExecutor")])
 def test_tp2_runs_through_the_requested_executor_with_the_drafter_sharded(runs, backend, executor):
     run, one = runs[f"tp2_{backend}"], runs["tp1"]
     assert run["executor"] == executor
@@ -73,7 +87,7 @@ def test_tp2_runs_through_the_requested_executor_with_the_drafter_sharded(runs, 
         assert rank["drafter_qkv"] * 2 == one["shards"][0]["drafter_qkv"]
 
 
-@pytest.mark.parametrize("backend", ["mp", "ray"])
+@pytest.mark.parametrize("backend", [MP, "ray"])
 def test_tp2_acceptance_matches_tp1(runs, backend):
     """A mis-sharded drafter still yields lossless outputs, but its drafts would be rejected."""
     tau1, tau2 = _tau(runs["tp1"]), _tau(runs[f"tp2_{backend}"])

@@ -93,3 +93,34 @@ def test_loss_decreases_on_a_tiny_run(tiny_models, seq):
         opt.step()
         losses.append(loss.item())
     assert sum(losses[-5:]) / 5 < 0.8 * sum(losses[:5]) / 5, losses
+
+
+@torch.no_grad()
+def test_offline_tau_is_greedy_acceptance_against_the_data(tiny_models):
+    """offline_tau (all anchors in one masked forward) equals drafting each block the way serving
+    does and counting the leading drafts that match the data, anchor by anchor."""
+    from dflash_vllm.training.drafter import offline_tau
+
+    target, drafter = tiny_models
+    bs = drafter.cfg.block_size
+    g = torch.Generator().manual_seed(1)
+    tokens = torch.randint(3, 500, (1, 60), generator=g)
+    # make the data partly predictable: continue it with the drafter's own drafts at a few anchors,
+    # so accepted lengths vary instead of all being 0
+    feats = target_features(target, tokens, drafter.cfg.target_layer_ids)
+    for a in (10, 30):
+        drafts = _serve_logits(target, drafter, tokens, feats, a).argmax(-1)[1:]
+        tokens[0, a + 1 : a + 1 + 5] = drafts[:5]
+    feats = target_features(target, tokens, drafter.cfg.target_layer_ids)
+    prompt_len, n = 6, tokens.shape[1]
+    expected = []
+    for a in range(prompt_len, n - bs + 1, 4):
+        drafts = _serve_logits(target, drafter, tokens, feats, a).argmax(-1)[1:]
+        k = 0
+        while k < bs - 1 and int(drafts[k]) == int(tokens[0, a + 1 + k]):
+            k += 1
+        expected.append(k)
+    want = round(1 + sum(expected) / len(expected), 3)
+    got = offline_tau(drafter, target.get_input_embeddings(), target.get_output_embeddings(), feats, tokens, [n], [prompt_len], bs)
+    assert got == pytest.approx(want, abs=1e-3)
+    assert max(expected) >= 1, "the planted drafts should be accepted somewhere"

