@@ -284,6 +284,9 @@ def validate_pair(
         )
 
 
+_WEIGHTS_CHECKED: set = set()  # signatures of drafter directories whose weights passed
+
+
 def check_drafter_weights(drafter: DrafterConfig) -> None:
     """Open every weights file of the drafter (headers only: no tensor is read) and check the
     tensors against ``config.json``: a truncated, empty or garbled file, a missing tensor or a
@@ -300,6 +303,12 @@ def check_drafter_weights(drafter: DrafterConfig) -> None:
     refuse_unservable_variant(drafter.variant, f"drafter config {path}/config.json")
     files = sorted(n for n in os.listdir(path) if n.endswith(".safetensors"))
     if not files:  # .bin only: the engine's loader reads those; nothing to open cheaply here
+        return
+    # `dflash-vllm serve` checks before vLLM parses its arguments and the engine pre-flight checks
+    # again in the same process: the second check of unchanged files is free.
+    signature = (os.path.abspath(path), drafter.to_hf_dict().__repr__(),
+                 tuple((n, os.stat(os.path.join(path, n)).st_size, os.stat(os.path.join(path, n)).st_mtime_ns) for n in files))
+    if signature in _WEIGHTS_CHECKED:
         return
     found: dict[str, list[int]] = {}
     for name in files:
@@ -335,6 +344,7 @@ def check_drafter_weights(drafter: DrafterConfig) -> None:
                 f"drafter tensor {key} has shape {found[key]} but {path}/config.json implies {shape}; "
                 "config.json and the weights come from different checkpoints"
             )
+    _WEIGHTS_CHECKED.add(signature)
 
 
 def check_speculative_config(spec: dict[str, Any]) -> None:

@@ -137,3 +137,24 @@ def test_speculative_config_mistakes(spec, match):
     with pytest.raises(DFlashConfigError, match=match):
         check_speculative_config(spec)
     check_speculative_config({"method": "dflash", "num_speculative_tokens": 15, "draft_sample_method": "greedy"})
+
+
+def test_weights_check_runs_once_per_unchanged_directory(tmp_path, monkeypatch):
+    """serve's early check and the engine pre-flight share one read of the headers; a changed file is read again."""
+
+    import safetensors
+
+    from dflash_vllm import config as cfgmod
+    from dflash_vllm.config import DrafterConfig, check_drafter_weights
+
+    d = tmp_path / "drafter"
+    shutil.copytree(os.path.join(os.path.dirname(__file__), "..", "..", "deploy", "demo", "drafter"), d)
+    opened = []
+    real = safetensors.safe_open
+    monkeypatch.setattr(safetensors, "safe_open", lambda *a, **k: opened.append(a[0]) or real(*a, **k))
+    check_drafter_weights(DrafterConfig.from_pretrained(str(d)))
+    check_drafter_weights(DrafterConfig.from_pretrained(str(d)))
+    assert len(opened) == 1
+    (d / "model.safetensors").write_bytes((d / "model.safetensors").read_bytes()[:1000])  # truncated: read again
+    with pytest.raises(cfgmod.DFlashConfigError, match="cannot be read"):
+        check_drafter_weights(DrafterConfig.from_pretrained(str(d)))
