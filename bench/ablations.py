@@ -29,6 +29,7 @@ VARIANTS = {  # name: (work-dir slug, recipe overrides, serving K values)
 
 
 def tau_reference(target, drafter, tok, k: int, n: int = 64) -> float:
+    from dflash_vllm.acceptance import tau
     from dflash_vllm.reference import generate
     from dflash_vllm.training.tasks import make_samples
 
@@ -37,7 +38,7 @@ def tau_reference(target, drafter, tok, k: int, n: int = 64) -> float:
         ids = list(tok.apply_chat_template([{"role": "user", "content": s.prompt}], add_generation_prompt=True,
                                            tokenize=True, return_dict=False))
         acc += generate(target, drafter, ids, 160, num_speculative_tokens=k, stop_token_ids=(tok.eos_token_id,)).accepted
-    return 1 + sum(acc) / len(acc)
+    return tau(acc)
 
 
 def main(argv=None):

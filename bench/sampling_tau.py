@@ -11,6 +11,7 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+from dflash_vllm.acceptance import histogram, tau  # noqa: E402
 from dflash_vllm.harness import run_job_subprocess  # noqa: E402
 
 
@@ -31,8 +32,7 @@ def main():
         out = run_job_subprocess({"model": target, "speculative_config": spec, "requests": reqs,
                                   "engine": {"skip_tokenizer_init": False}})
         acc = [a for o in out["outputs"] for a in o["accepted_per_step"]]
-        rows[f"T={temp} drafts={method}"] = {"tau": round(1 + sum(acc) / len(acc), 3), "steps": len(acc),
-                                             "histogram": [acc.count(j) for j in range(16)]}
+        rows[f"T={temp} drafts={method}"] = {"tau": round(tau(acc), 3), "steps": len(acc), "histogram": histogram(acc, 15)}
         print(f"T={temp} drafts={method}: tau {rows[f'T={temp} drafts={method}']['tau']}", flush=True)
     os.makedirs(os.path.join(REPO, "bench/results"), exist_ok=True)
     with open(os.path.join(REPO, "bench/results/sampling_tau.json"), "w") as f:

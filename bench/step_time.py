@@ -24,6 +24,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+from dflash_vllm.acceptance import tau  # noqa: E402
 from dflash_vllm.harness import run_job_subprocess  # noqa: E402
 
 
@@ -52,7 +53,7 @@ def summarize(out: dict, k: int) -> dict:
     return {
         "median_step_ms": round(step_ms, 3),
         "output_tokens_per_s": round(tokens / secs, 1),
-        "tau": round(1 + sum(accepted) / max(1, len(accepted)), 3),
+        "tau": round(tau(accepted, empty=1.0), 3),
         "num_steps": len(steps),
         "mean_step_split_ms": {
             "target_forward": round(split["verify_s"] * 1e3, 3),

@@ -22,6 +22,8 @@ import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
+from .acceptance import tau_from_counters
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 DEMO_TARGET = os.path.join(REPO, "deploy", "demo", "target")
@@ -174,12 +176,12 @@ def main(argv=None):
             o, t, s_ = run_prompts(srv.url, [p for f, p in items if f == fam], args.max_tokens, args.concurrency)
             fa = srv.metrics()
             outs, n_tok, secs = outs + o, n_tok + t, secs + s_
-            d = _delta(fb, fa, "vllm:spec_decode_num_drafts_total")
-            per_family[fam] = 1 + _delta(fb, fa, "vllm:spec_decode_num_accepted_tokens_total") / d if d else float("nan")
+            per_family[fam] = tau_from_counters(_delta(fb, fa, "vllm:spec_decode_num_accepted_tokens_total"),
+                                                _delta(fb, fa, "vllm:spec_decode_num_drafts_total"), empty=float("nan"))
         after = srv.metrics()
     drafts = _delta(before, after, "vllm:spec_decode_num_drafts_total")
     accepted = _delta(before, after, "vllm:spec_decode_num_accepted_tokens_total")
-    tau = 1 + accepted / drafts if drafts else float("nan")
+    tau = tau_from_counters(accepted, drafts, empty=float("nan"))
 
     def per_step_ms(kind):
         n = _delta(before, after, f"dflash:{kind}_time_seconds_count")

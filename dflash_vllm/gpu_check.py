@@ -31,6 +31,8 @@ import sys
 import tempfile
 import time
 
+from .acceptance import tau_from_counters
+
 V1_RUNNER = "vllm.v1.worker.gpu_model_runner.GPUModelRunner"
 V2_RUNNER = "vllm.v1.worker.gpu.model_runner.GPUModelRunner"
 OUR_PROPOSER = "dflash_vllm.proposers.dflash.DFlashProposer"
@@ -300,7 +302,7 @@ def sweep(models: dict, concurrency=(1, 8, 32), on_cuda: bool = True, smoke: boo
             tps = p["output_tokens"] / p["seconds"]
             cells.append({"method": m, "concurrency": c, "output_tokens_per_s": tps,
                           "speedup": tps / (base["output_tokens"] / base["seconds"]),
-                          "tau": (1 + p["accepted"] / p["verify_steps"]) if p["verify_steps"] else None,
+                          "tau": tau_from_counters(p["accepted"], p["verify_steps"]),
                           "seconds": p["seconds"], "output_tokens": p["output_tokens"]})
     errors = []
     if on_cuda:

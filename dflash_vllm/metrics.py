@@ -31,6 +31,8 @@ import struct
 import tempfile
 import time
 
+from .acceptance import tau_from_counters
+
 ENV = "DFLASH_VLLM_STEP_TIMES"
 BUCKETS = (0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1.024, 2.048)
 KINDS = ("draft", "verify")
@@ -138,7 +140,7 @@ class _Collector:
             self._busy = False
         g = GaugeMetricFamily("dflash:mean_acceptance_length",
                               "Mean acceptance length tau = 1 + accepted / drafts (server lifetime)")
-        g.add_metric([], 1.0 + accepted / drafts if drafts else 0.0)
+        g.add_metric([], tau_from_counters(accepted, drafts, empty=0.0))
         yield g
 
 

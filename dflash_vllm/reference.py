@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from . import acceptance
 from .modeling import DFlashDrafter, target_layer_outputs
 
 
@@ -45,7 +46,7 @@ class Result:
 
     @property
     def tau(self) -> float:  # mean acceptance length, eq. 2 (accepted drafts + the target's token)
-        return 1 + sum(self.accepted) / max(1, len(self.accepted))
+        return acceptance.tau(self.accepted, empty=1.0)
 
 
 @torch.no_grad()

@@ -28,6 +28,7 @@ import time
 
 import psutil
 
+from .acceptance import tau_from_counters
 from .bench.runner import provenance
 from .demo import DEMO_DRAFTER, DEMO_TARGET, Server, metric_sum
 
@@ -208,15 +209,16 @@ def _rss_flatness(per_minute: list[dict], last: int) -> float | None:
 
 
 def run(target: str, drafter: str, k: int, minutes: float, concurrency: int, log_dir: str,
-        kv_cache_mib: int = 1024) -> dict:
+        kv_cache_mib: int = 1024, server_env: dict | None = None) -> dict:
     chats, long_ids = _prompts(target)
     spec = {"method": "dflash", "model": drafter, "num_speculative_tokens": k}
     os.makedirs(log_dir, exist_ok=True)
     # A fixed KV pool: on CPU the default is a fraction of RAM, touched page by page as load grows,
     # which two servers side by side on one machine cannot afford (and which reads as RSS growth).
     extra = ["--kv-cache-memory-bytes", str(kv_cache_mib * 2**20)]
-    with Server(target, spec, extra=extra, log_path=os.path.join(log_dir, "soak-dflash.log")) as ours, \
-            Server(target, None, extra=extra, log_path=os.path.join(log_dir, "soak-none.log")) as base:
+    env = dict(server_env or {})
+    with Server(target, spec, extra=extra, env=env, log_path=os.path.join(log_dir, "soak-dflash.log")) as ours, \
+            Server(target, None, extra=extra, env=env, log_path=os.path.join(log_dir, "soak-none.log")) as base:
         loads = [_Load("dflash", ours, concurrency, chats, long_ids), _Load("none", base, concurrency, chats, long_ids)]
         t0 = time.perf_counter()
         for load in loads:
@@ -244,11 +246,11 @@ def run(target: str, drafter: str, k: int, minutes: float, concurrency: int, log
     last = min(20, max(2, int(minutes) - 1))
     return {
         "config": {"target": target, "drafter": drafter, "num_speculative_tokens": k, "minutes": minutes,
-                   "concurrency": concurrency, "kv_cache_mib": kv_cache_mib, "mix": list(KINDS), "request_timeout_s": REQUEST_TIMEOUT_S},
+                   "concurrency": concurrency, "kv_cache_mib": kv_cache_mib, "server_env": env, "mix": list(KINDS), "request_timeout_s": REQUEST_TIMEOUT_S},
         "servers": result,
         "greedy_compared": len(greedy_keys), "greedy_mismatches": len(mismatches),
         "mismatch_samples": [list(map(str, key)) for key in mismatches[:5]],
-        "tau": 1 + accepted / drafts if drafts else None,
+        "tau": tau_from_counters(accepted, drafts),
         "rss_flatness_last_minutes": last,
         "rss_flatness": {name: _rss_flatness(s["per_minute"], last) for name, s in result.items()},
         "provenance": provenance(),
@@ -283,11 +285,17 @@ def main(argv=None) -> int:
     ap.add_argument("--minutes", type=float, default=30.0)
     ap.add_argument("--concurrency", type=int, default=64, help="requests in flight per server")
     ap.add_argument("--kv-cache-mib", type=int, default=1024, help="KV pool per server")
+    ap.add_argument("--server-env", action="append", default=[], metavar="NAME=VALUE",
+                    help="environment variable for both servers (repeatable), e.g. MALLOC_ARENA_MAX=2")
     ap.add_argument("--out", default=None, help="result JSON (default: print only)")
     args = ap.parse_args(argv)
+    bad_env = [e for e in args.server_env if "=" not in e or not e.split("=", 1)[0]]
+    if bad_env:
+        ap.error(f"--server-env takes NAME=VALUE, got {bad_env[0]!r}")
+    server_env = dict(e.split("=", 1) for e in args.server_env)
     log_dir = os.path.join(os.path.dirname(os.path.abspath(args.out)) if args.out else "/tmp", "soak-logs")
     res = run(args.target, args.drafter, args.num_speculative_tokens, args.minutes, args.concurrency, log_dir,
-              args.kv_cache_mib)
+              args.kv_cache_mib, server_env)
     print_report(res)
     if args.out:
         with open(args.out, "w") as f:

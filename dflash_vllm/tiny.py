@@ -13,7 +13,7 @@ from .modeling import DFlashDrafter
 
 def make_tiny_target(path: str, *, vocab_size: int = 512, hidden_size: int = 128, num_layers: int = 4,
                      num_heads: int = 4, num_kv_heads: int = 2, head_dim: int = 32, seed: int = 0,
-                     init_std: float = 0.05, arch: str = "qwen3") -> str:
+                     init_std: float = 0.05, arch: str = "qwen3", max_position_embeddings: int = 4096) -> str:
     """A randomly initialised causal LM in HF format (fp32), Qwen3 or LLaMA (`arch`; LLaMA with
     tied embeddings, like SmolLM2). Deterministic under `seed`."""
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
@@ -25,7 +25,7 @@ def make_tiny_target(path: str, *, vocab_size: int = 512, hidden_size: int = 128
     cfg = config_cls(
         vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=2 * hidden_size,
         num_hidden_layers=num_layers, num_attention_heads=num_heads, num_key_value_heads=num_kv_heads,
-        head_dim=head_dim, max_position_embeddings=4096, tie_word_embeddings=arch == "llama",
+        head_dim=head_dim, max_position_embeddings=max_position_embeddings, tie_word_embeddings=arch == "llama",
         rope_theta=10000.0, torch_dtype="float32", bos_token_id=1, eos_token_id=2,
     )
     model = model_cls(cfg)

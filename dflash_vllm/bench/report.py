@@ -13,6 +13,8 @@ import json
 import math
 import statistics
 
+from ..acceptance import histogram, prefix_survival, tau
+
 
 def _pct(xs: list[float], q: float) -> float | None:
     if not xs:
@@ -62,15 +64,11 @@ def summarize(runs: list[dict], k: int | None) -> dict:
         out["submitted_hist"] = hist
         out["mean_submitted_k"] = round(sum(j * c for j, c in enumerate(hist)) / n_sub, 3) if n_sub else None
     if k and acc:
-        hist = [0] * (k + 1)
-        for a in acc:
-            hist[min(a, k)] += 1
-        surv = [sum(hist[j:]) / len(acc) for j in range(1, k + 1)]
         out.update({
-            "tau": round(1 + sum(acc) / len(acc), 3),
+            "tau": round(tau(acc), 3),
             "verify_steps": len(acc),
-            "accepted_hist": hist,  # hist[j] = verify steps that accepted exactly j drafts
-            "prefix_survival": [round(x, 4) for x in surv],  # P(A >= j), j = 1..K (eq. 2)
+            "accepted_hist": histogram(acc, k),  # hist[j] = verify steps that accepted exactly j drafts
+            "prefix_survival": [round(x, 4) for x in prefix_survival(acc, k)],  # P(A >= j), j = 1..K (eq. 2)
         })
     return out
 

@@ -111,6 +111,7 @@ def main() -> int:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     cfg = json.loads(sys.argv[1])
+    os.environ.update(cfg.get("env", {}))  # e.g. DFLASH_VLLM_CPU_ATTN=0 for an A/B of our attention
     os.environ["DFLASH_VLLM_NATIVE"] = "1" if cfg.get("native") else "0"
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     from vllm import LLM

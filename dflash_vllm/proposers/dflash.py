@@ -39,6 +39,7 @@ from vllm.v1.attention.backend import CommonAttentionMetadata
 from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
 
 from .. import adaptive, patches
+from ..attention.backend import DraftBlockMetadata
 from ..config import DrafterConfig, validate_pair
 
 logger = init_logger("vllm.dflash_vllm.proposer")
@@ -225,6 +226,11 @@ class DFlashProposer(SpecDecodeBaseProposer):
         num_rejected_tokens_gpu: torch.Tensor | None = None,  # [num_reqs]
         slot_mappings=None,
     ) -> torch.Tensor:
+        # The base class's propose() is EAGLE's (one query per request, K chained forwards); this
+        # one maps onto vLLM's native DFlash step instead: its set_inputs_first_pass is our
+        # _write_context (context K/V, deferred on K = 0 steps) plus the DraftBlockMetadata
+        # below; then one block forward and the draft sampling (_sample_draft_tokens). The
+        # adaptive plan (_plan) comes first, because it decides whether the forward runs at all.
         self.num_speculative_tokens = num_speculative_tokens
         self._last_draft_probs = None
         cad = common_attn_metadata
@@ -258,17 +264,18 @@ class DFlashProposer(SpecDecodeBaseProposer):
         input_ids[:, 0] = next_token_ids[:num_reqs]
 
         query_start_loc = self.arange[: num_reqs + 1] * q_len
-        block_cad = CommonAttentionMetadata(
+        block_cad = DraftBlockMetadata(
             query_start_loc=query_start_loc,
             query_start_loc_cpu=torch.from_numpy(self.token_arange_np[: num_reqs + 1] * q_len),  # no device sync
-            seq_lens=ctx_lens,  # our backend reads these as context lengths
+            seq_lens=ctx_lens + q_len,
             num_reqs=num_reqs,
             num_actual_tokens=num_reqs * q_len,
             max_query_len=q_len,
-            max_seq_len=cad.max_seq_len,  # an upper bound on every ctx_len; no host sync
+            max_seq_len=cad.max_seq_len + q_len,  # an upper bound on every ctx_len + q_len; no host sync
             block_table_tensor=cad.block_table_tensor,
             slot_mapping=cad.slot_mapping[:0],
             causal=False,
+            context_lens=ctx_lens,
         )
         _, per_layer_metadata = self.build_per_group_and_layer_attn_metadata(block_cad)
         with set_forward_context(per_layer_metadata, self.vllm_config, num_tokens=num_reqs * q_len):

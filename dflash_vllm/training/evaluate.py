@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from ..acceptance import histogram, tau
 from .tasks import distinct_ngram_ratio, loop_fraction, make_samples
 
 
@@ -40,8 +41,7 @@ def evaluate(target: str, drafter: str | None, num_prompts: int = 64, k: int = 1
     }
     if drafter:
         accepted = [a for o in out["outputs"] for a in o["accepted_per_step"]]
-        hist = [accepted.count(j) for j in range(k + 1)]
-        report.update(k=k, tau=round(1 + sum(accepted) / max(1, len(accepted)), 3), accept_histogram=hist,
+        report.update(k=k, tau=round(tau(accepted, empty=1.0), 3), accept_histogram=histogram(accepted, k),
                       accepted_per_request=[o["accepted_per_step"] for o in out["outputs"]])
     report["per_request_outputs"] = outs
     return report

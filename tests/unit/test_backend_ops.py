@@ -4,8 +4,10 @@ GQA, block sizes 16/32/128, both ways the builder sizes the context (exact lengt
 upper bound plus a mask on a GPU), and both physical KV layouts vLLM may pick.
 
 What is called is what the engine runs: ``write_kv`` fills the cache (padding slots
-included), ``context_index`` is the metadata builder's indexing, and the attention goes
-through ``DFlashAttentionImpl.forward``, which is ``dflash_attention`` plus a copy.
+included), ``context_index`` / ``kernel_args`` are the metadata builder's, and the attention
+goes through ``DFlashAttentionImpl.forward``. Both implementations are checked: the PyTorch
+path (CUDA, and CPU with ``DFLASH_VLLM_CPU_ATTN=0``) and vLLM's paged CPU kernel (the CPU
+default), each against the same reference.
 """
 
 import math
@@ -14,11 +16,14 @@ import pytest
 import torch
 
 from dflash_vllm.attention.backend import (
+    CPU_ATTN_ENV,
     NULL_SLOT,
     DFlashAttentionImpl,
     DFlashAttentionMetadata,
     context_index,
+    cpu_kernel_isa,
     dflash_attention,
+    kernel_args,
     write_kv,
 )
 
@@ -30,13 +35,20 @@ MIXED_LENS = [1, 37, 300, 2500, 16]
 GARBAGE = 50.0  # scale of the stale values every unused slot holds
 
 
-def make_paged_cache(ctx_lens, block_size, *, layout, seed, extra_cols=3, spare_blocks=5):
+@pytest.fixture(autouse=True)
+def torch_path(monkeypatch):
+    """The PyTorch path unless a test asks for the CPU kernel (it unsets the variable)."""
+    monkeypatch.setenv(CPU_ATTN_ENV, "0")
+
+
+def make_paged_cache(ctx_lens, block_size, *, layout, seed, extra_cols=3, spare_blocks=5, lookahead=0):
     """Random per-request context K/V, a random block table (block 0 = vLLM's null block, never
     handed out; unused table entries point there) and a cache full of garbage with the
-    context scattered into it by ``write_kv``, in shuffled order and mixed with padding slots."""
+    context scattered into it by ``write_kv``, in shuffled order and mixed with padding slots.
+    ``lookahead``: slots allocated past each context, as vLLM reserves K + 1 for DFlash."""
     g = torch.Generator().manual_seed(seed)
     num_reqs = len(ctx_lens)
-    blocks_per_req = [math.ceil(n / block_size) for n in ctx_lens]
+    blocks_per_req = [math.ceil((n + lookahead) / block_size) for n in ctx_lens]
     num_blocks = 1 + sum(blocks_per_req) + spare_blocks
     perm = (torch.randperm(num_blocks - 1, generator=g) + 1).tolist()
     block_table = torch.zeros(num_reqs, max(blocks_per_req) + extra_cols, dtype=torch.int32)
@@ -178,3 +190,87 @@ def test_context_index_masks_past_each_length():
         [True] * 5 + [False] + [True] * 2,
         [True] * 2 + [False] * 4 + [True] * 2,
     ]
+
+
+# -- vLLM's paged CPU kernel (the CPU default) ----------------------------------------------
+
+
+def run_cpu_kernel(kv_cache, block_table, ctx_lens, block_size, q, blk_k, blk_v, scale):
+    b = q.shape[0]
+    n = b * QUERY_LEN
+    isa = cpu_kernel_isa(kv_cache, HEAD_DIM)
+    assert isa is not None, "the CPU kernel should serve this cache"
+    args = kernel_args(block_table, torch.tensor(ctx_lens, dtype=torch.int32), torch.arange(b + 1) * QUERY_LEN,
+                       block_size, QUERY_LEN, isa, NUM_HEADS, NUM_KV_HEADS, HEAD_DIM, kv_cache.dtype)
+    md = DFlashAttentionMetadata(b, n, QUERY_LEN, None, None, None, args)
+    impl = DFlashAttentionImpl(NUM_HEADS, HEAD_DIM, scale, NUM_KV_HEADS)
+    pad = 3
+    query = torch.cat([q.reshape(n, NUM_HEADS, HEAD_DIM), torch.randn(pad, NUM_HEADS, HEAD_DIM)])
+    key = torch.cat([blk_k.reshape(n, NUM_KV_HEADS, HEAD_DIM), torch.randn(pad, NUM_KV_HEADS, HEAD_DIM)])
+    value = torch.cat([blk_v.reshape(n, NUM_KV_HEADS, HEAD_DIM), torch.randn(pad, NUM_KV_HEADS, HEAD_DIM)])
+    output = torch.full((n + pad, NUM_HEADS, HEAD_DIM), float("nan"))
+    impl.forward(None, query, key, value, kv_cache, md, output)
+    assert output[n:].isnan().all(), "the backend wrote past num_actual_tokens"
+    return output[:n].view(b, QUERY_LEN, NUM_HEADS, HEAD_DIM), args
+
+
+@pytest.mark.parametrize("block_size", [16, 32, 128])
+def test_cpu_kernel_matches_dense_reference(block_size, monkeypatch):
+    """Mixed lengths 1..2500, GQA: the kernel path equals the reference, and the only cache
+    entries the attention changed are the block's own slots (the K + 1 reserved ones)."""
+    monkeypatch.delenv(CPU_ATTN_ENV)
+    ctx_lens = MIXED_LENS
+    kv_cache, _, block_table, ctx_k, ctx_v = make_paged_cache(
+        ctx_lens, block_size, layout="HND", seed=block_size, lookahead=QUERY_LEN)
+    g = torch.Generator().manual_seed(1)
+    b = len(ctx_lens)
+    q = torch.randn(b, QUERY_LEN, NUM_HEADS, HEAD_DIM, generator=g)
+    blk_k = torch.randn(b, QUERY_LEN, NUM_KV_HEADS, HEAD_DIM, generator=g)
+    blk_v = torch.randn(b, QUERY_LEN, NUM_KV_HEADS, HEAD_DIM, generator=g)
+    scale = HEAD_DIM**-0.5
+    before = kv_cache.clone()
+    got, args = run_cpu_kernel(kv_cache, block_table, ctx_lens, block_size, q, blk_k, blk_v, scale)
+    want = dense_reference(q, blk_k, blk_v, ctx_k, ctx_v, scale)
+    torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=2e-5)
+    # Slots the block wrote: positions ctx .. ctx + Q - 1 of each request, nothing else.
+    expected_slots = torch.cat([block_table[r, (pos := torch.arange(n, n + QUERY_LEN)) // block_size].long() * block_size
+                                + pos % block_size for r, n in enumerate(ctx_lens)])
+    assert torch.equal(args.block_slots, expected_slots)
+    changed = (kv_cache != before).flatten(1).any(dim=1)  # per block
+    touched_blocks = set((expected_slots // block_size).tolist())
+    assert set(changed.nonzero().flatten().tolist()) <= touched_blocks
+    # A second call with the same inputs gives the same result (scratch overwritten, not accumulated).
+    again, _ = run_cpu_kernel(kv_cache, block_table, ctx_lens, block_size, q, blk_k, blk_v, scale)
+    torch.testing.assert_close(again, got, rtol=0, atol=0)
+
+
+def test_cpu_kernel_near_the_block_tables_reach(monkeypatch):
+    """A request within K of the table's reach (near max_model_len): its block positions are
+    clamped onto the last slot, it attends over what fits, and the other requests are exact."""
+    monkeypatch.delenv(CPU_ATTN_ENV)
+    block_size = 32
+    ctx_lens = [60, 220]
+    kv_cache, _, block_table, ctx_k, ctx_v = make_paged_cache(
+        ctx_lens, block_size, layout="HND", seed=5, lookahead=QUERY_LEN, extra_cols=0)
+    block_table = block_table[:, :7]  # reach 224 < 220 + 8 for request 1
+    g = torch.Generator().manual_seed(2)
+    q = torch.randn(2, QUERY_LEN, NUM_HEADS, HEAD_DIM, generator=g)
+    blk_k = torch.randn(2, QUERY_LEN, NUM_KV_HEADS, HEAD_DIM, generator=g)
+    blk_v = torch.randn(2, QUERY_LEN, NUM_KV_HEADS, HEAD_DIM, generator=g)
+    got, args = run_cpu_kernel(kv_cache, block_table, ctx_lens, block_size, q, blk_k, blk_v, HEAD_DIM**-0.5)
+    assert args.seq_lens.tolist() == [60 + QUERY_LEN, 224]
+    assert got.isfinite().all()
+    want = dense_reference(q[:1], blk_k[:1], blk_v[:1], ctx_k[:1], ctx_v[:1], HEAD_DIM**-0.5)
+    torch.testing.assert_close(got[:1].double(), want, rtol=1e-4, atol=2e-5)
+
+
+def test_cpu_kernel_declines_what_it_cannot_serve(monkeypatch):
+    monkeypatch.delenv(CPU_ATTN_ENV)
+    cache = torch.zeros(4, NUM_KV_HEADS, 32, 2 * HEAD_DIM)
+    assert cpu_kernel_isa(cache, HEAD_DIM) is not None
+    assert cpu_kernel_isa(cache.permute(0, 2, 1, 3).contiguous().permute(0, 2, 1, 3), HEAD_DIM) is None  # not head-major
+    assert cpu_kernel_isa(torch.zeros(4, NUM_KV_HEADS, 32, 2 * 24), 24) is None  # head size
+    assert cpu_kernel_isa(torch.zeros(4, NUM_KV_HEADS, 8, 2 * HEAD_DIM), HEAD_DIM) is None  # block size
+    assert cpu_kernel_isa(torch.tensor([]), HEAD_DIM) is None  # not bound yet
+    monkeypatch.setenv(CPU_ATTN_ENV, "0")
+    assert cpu_kernel_isa(cache, HEAD_DIM) is None

@@ -132,7 +132,7 @@ def vllm_draft(model, vllm_config, features, ctx_lens, input_ids, g):
     the final hidden states [num_reqs, Q, H]."""
     from vllm.config import set_current_vllm_config
     from vllm.forward_context import set_forward_context
-    from vllm.v1.attention.backend import CommonAttentionMetadata
+    from dflash_vllm.attention.backend import DraftBlockMetadata
 
     from dflash_vllm.attention.backend import DFlashAttentionMetadataBuilder
 
@@ -156,10 +156,10 @@ def vllm_draft(model, vllm_config, features, ctx_lens, input_ids, g):
 
     ctx = torch.tensor(ctx_lens, dtype=torch.int32)
     positions = (ctx[:, None].long() + torch.arange(Q)).view(-1)
-    cad = CommonAttentionMetadata(
+    cad = DraftBlockMetadata(
         query_start_loc=torch.arange(num_reqs + 1, dtype=torch.int32) * Q,
         query_start_loc_cpu=torch.arange(num_reqs + 1, dtype=torch.int32) * Q,
-        seq_lens=ctx, num_reqs=num_reqs, num_actual_tokens=num_reqs * Q, max_query_len=Q,
+        seq_lens=ctx + Q, context_lens=ctx, num_reqs=num_reqs, num_actual_tokens=num_reqs * Q, max_query_len=Q,
         max_seq_len=max(ctx_lens) + Q, block_table_tensor=table, slot_mapping=torch.zeros(0, dtype=torch.long),
         causal=False,
     )
@@ -188,11 +188,17 @@ def random_inputs(cfg, seed):
     return features, input_ids, g
 
 
+@pytest.mark.parametrize("attention", ["cpu_kernel", "pytorch"])
 @pytest.mark.parametrize("custom_ops", ["none", "all"])
 @pytest.mark.parametrize("attention_bias", [False, True])
 @torch.inference_mode()
-def test_vllm_drafter_matches_pytorch_drafter(vllm_env, tmp_path, attention_bias, custom_ops):
+def test_vllm_drafter_matches_pytorch_drafter(vllm_env, tmp_path, monkeypatch, attention_bias, custom_ops, attention):
+    from dflash_vllm.attention.backend import CPU_ATTN_ENV, cpu_kernel_isa
+
+    monkeypatch.setenv(CPU_ATTN_ENV, "1" if attention == "cpu_kernel" else "0")
     cfg, ref, model, vllm_config, target = make_pair(tmp_path, attention_bias=attention_bias, custom_ops=custom_ops)
+    probe = torch.zeros(2, model.layers[0].self_attn.num_kv_heads, BLOCK, 2 * cfg.head_dim)
+    assert (cpu_kernel_isa(probe, cfg.head_dim) is not None) == (attention == "cpu_kernel")
     norm = model.layers[0].self_attn.k_norm
     assert (norm._forward_method.__name__ == "forward_native") == (custom_ops == "none")
     features, input_ids, g = random_inputs(cfg, seed=3)
@@ -238,7 +244,10 @@ def old_context_k(model, target_features, positions):
     ],
 )
 @torch.inference_mode()
-def test_context_kv_unchanged_by_using_the_layer_modules(vllm_env, tmp_path, dtype, custom_ops, shared_rope, exact):
+def test_context_kv_unchanged_by_using_the_layer_modules(vllm_env, tmp_path, monkeypatch, dtype, custom_ops, shared_rope, exact):
+    from dflash_vllm.attention.backend import CPU_ATTN_ENV
+
+    monkeypatch.setenv(CPU_ATTN_ENV, "0")  # the cache read back below in the PyTorch path's layout
     torch.set_default_dtype(dtype)  # as vLLM's loader does while building a model
     try:
         cfg, _, model, _, _ = make_pair(tmp_path, attention_bias=False, num_layers=3, seed=5, custom_ops=custom_ops)
