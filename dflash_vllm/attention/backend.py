@@ -25,10 +25,9 @@ Two implementations of that one attention:
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import ClassVar
-
-import os
 
 import torch
 import torch.nn.functional as F
@@ -265,13 +264,6 @@ class DFlashAttentionMetadataBuilder(AttentionMetadataBuilder[DFlashAttentionMet
         # (the layer caches carry the kernel block size as their dim 2).
         bs = layer.kv_cache.shape[2] if layer is not None else self.kv_cache_spec.block_size
         isa = None if layer is None else cpu_kernel_isa(layer.kv_cache, layer.impl.head_size)
-        if layer is not None and not getattr(self, "_path_logged", False):
-            self._path_logged = True
-            from vllm.logger import init_logger
-
-            init_logger("vllm.dflash_vllm.attention").info(
-                "dflash-vllm: drafter attention runs %s", f"vLLM's paged CPU kernel in place (isa {isa})"
-                if isa is not None else "the PyTorch path (context gathered per step)")
         if isa is not None:
             impl = layer.impl
             args = kernel_args(block_table, ctx_lens, cad.query_start_loc[: num_reqs + 1], bs, query_len,
@@ -292,6 +284,13 @@ class DFlashAttentionMetadataBuilder(AttentionMetadataBuilder[DFlashAttentionMet
             layers = get_layers_from_vllm_config(self.vllm_config, Attention, self.layer_names)
             bound = [l for l in layers.values() if isinstance(l.kv_cache, torch.Tensor) and l.kv_cache.dim() == 4]
             self._one_layer = bound[0] if bound else None
+            if bound:  # once, when the caches are bound: which implementation this engine runs
+                from vllm.logger import init_logger
+
+                isa = cpu_kernel_isa(bound[0].kv_cache, bound[0].impl.head_size)
+                init_logger("vllm.dflash_vllm.attention").info(
+                    "dflash-vllm: drafter attention runs %s", f"vLLM's paged CPU kernel in place (isa {isa})"
+                    if isa is not None else "the PyTorch path (context gathered per step)")
         return self._one_layer
 
 

@@ -105,19 +105,26 @@ def run_backend(kv_cache, block_table, ctx_lens, block_size, max_ctx, q, blk_k, 
         block_table, torch.tensor(ctx_lens, dtype=torch.int32), block_size, QUERY_LEN, max_ctx
     )
     md = DFlashAttentionMetadata(b, n, QUERY_LEN, ctx_block, ctx_offset, key_mask)
+    query, key, value, out = forward_padded(md, kv_cache, q, blk_k, blk_v, scale)
+    # The pure function is what forward runs.
+    direct = dflash_attention(query[:n], key[:n], value[:n], kv_cache, md, scale)
+    torch.testing.assert_close(out, direct, rtol=0, atol=0)
+    return out.view(b, QUERY_LEN, NUM_HEADS, HEAD_DIM), md
+
+
+def forward_padded(md, kv_cache, q, blk_k, blk_v, scale):
+    """``DFlashAttentionImpl.forward`` as vLLM calls it: [tokens, heads, D] inputs with padding
+    rows past ``num_actual_tokens`` and a padded output buffer, which must stay untouched there.
+    Returns the padded inputs and the output rows that count."""
+    n, pad = md.num_actual_tokens, 3
     impl = DFlashAttentionImpl(NUM_HEADS, HEAD_DIM, scale, NUM_KV_HEADS)
-    # vLLM hands the backend [tokens, heads, D] views and a (padded) output buffer.
-    pad = 3
     query = torch.cat([q.reshape(n, NUM_HEADS, HEAD_DIM), torch.randn(pad, NUM_HEADS, HEAD_DIM)])
     key = torch.cat([blk_k.reshape(n, NUM_KV_HEADS, HEAD_DIM), torch.randn(pad, NUM_KV_HEADS, HEAD_DIM)])
     value = torch.cat([blk_v.reshape(n, NUM_KV_HEADS, HEAD_DIM), torch.randn(pad, NUM_KV_HEADS, HEAD_DIM)])
     output = torch.full((n + pad, NUM_HEADS, HEAD_DIM), float("nan"))
     impl.forward(None, query, key, value, kv_cache, md, output)
     assert output[n:].isnan().all(), "the backend wrote past num_actual_tokens"
-    # The pure function is what forward runs.
-    direct = dflash_attention(query[:n], key[:n], value[:n], kv_cache, md, scale)
-    torch.testing.assert_close(output[:n], direct, rtol=0, atol=0)
-    return output[:n].view(b, QUERY_LEN, NUM_HEADS, HEAD_DIM), md
+    return query, key, value, output[:n]
 
 
 @pytest.mark.parametrize("block_size", [16, 32, 128])
@@ -203,15 +210,8 @@ def run_cpu_kernel(kv_cache, block_table, ctx_lens, block_size, q, blk_k, blk_v,
     args = kernel_args(block_table, torch.tensor(ctx_lens, dtype=torch.int32), torch.arange(b + 1) * QUERY_LEN,
                        block_size, QUERY_LEN, isa, NUM_HEADS, NUM_KV_HEADS, HEAD_DIM, kv_cache.dtype)
     md = DFlashAttentionMetadata(b, n, QUERY_LEN, None, None, None, args)
-    impl = DFlashAttentionImpl(NUM_HEADS, HEAD_DIM, scale, NUM_KV_HEADS)
-    pad = 3
-    query = torch.cat([q.reshape(n, NUM_HEADS, HEAD_DIM), torch.randn(pad, NUM_HEADS, HEAD_DIM)])
-    key = torch.cat([blk_k.reshape(n, NUM_KV_HEADS, HEAD_DIM), torch.randn(pad, NUM_KV_HEADS, HEAD_DIM)])
-    value = torch.cat([blk_v.reshape(n, NUM_KV_HEADS, HEAD_DIM), torch.randn(pad, NUM_KV_HEADS, HEAD_DIM)])
-    output = torch.full((n + pad, NUM_HEADS, HEAD_DIM), float("nan"))
-    impl.forward(None, query, key, value, kv_cache, md, output)
-    assert output[n:].isnan().all(), "the backend wrote past num_actual_tokens"
-    return output[:n].view(b, QUERY_LEN, NUM_HEADS, HEAD_DIM), args
+    out = forward_padded(md, kv_cache, q, blk_k, blk_v, scale)[3]
+    return out.view(b, QUERY_LEN, NUM_HEADS, HEAD_DIM), args
 
 
 @pytest.mark.parametrize("block_size", [16, 32, 128])
