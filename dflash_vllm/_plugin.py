@@ -7,6 +7,7 @@
 - our proposer in place of vLLM's native one, patched into the model runner when (and if)
   that module is imported, so front-end processes never import it;
 - a fix for vLLM 0.32's CPU rejection-sampler ``expand_kernel`` (see fixes/cpu_expand.py);
+- oneDNN's process-wide primitive cache bounded to 64 on CPU (see fixes/cpu_onednn_cache.py);
 - Ray tensor parallel on the CPU platform, which vLLM 0.32 refuses (see fixes/ray_cpu.py);
 - draft/verify time per step and tau on Prometheus /metrics (see metrics.py);
 - a pre-flight check of the drafter/target pair when the engine config is created, so a bad
@@ -47,6 +48,7 @@ def register() -> None:
         _install_preflight(validate=False, refusal=None if native_requested() else refusal)
         return
     _when_imported(_RUNNER_MODULE, _on_runner_import)
+    _when_imported("vllm._custom_ops", _bound_onednn_cache)
     if native_requested():
         _install_preflight(validate=False)
         return
@@ -79,6 +81,16 @@ def _on_runner_import(module) -> None:
         cpu_seeded_chunks.install(module)
     if not native_requested():
         _patch_runner(module)
+
+
+def _bound_onednn_cache(module) -> None:
+    # Whichever DFlash runs, and without speculation: it is a CPU serving default (see fixes/).
+    from . import patches
+    from .fixes import cpu_onednn_cache
+
+    if module.__name__ == "vllm._custom_ops" and getattr(module, "_supports_onednn", False):  # CPU build
+        patches.require("cpu-onednn-cache", module)
+        cpu_onednn_cache.install(module)
 
 
 def _patch_runner(module) -> None:

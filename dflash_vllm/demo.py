@@ -24,12 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from .acceptance import tau_from_counters
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
-DEMO_TARGET = os.path.join(REPO, "deploy", "demo", "target")
-DEMO_DRAFTER = os.path.join(REPO, "deploy", "demo", "drafter")
-SMOL_TARGET = os.path.join(REPO, "deploy", "smollm2", "target")
-SMOL_DRAFTER = os.path.join(REPO, "deploy", "smollm2", "drafter")
+from .paths import DEMO_DRAFTER, DEMO_TARGET, SMOL_DRAFTER, SMOL_TARGET
 
 
 def free_port() -> int:

@@ -95,6 +95,15 @@ PATCHES: tuple[Patch, ...] = (
         "0.32", "when vLLM stops calling set_offset on CPU generators", "cpu",
     ),
     Patch(
+        "cpu-onednn-cache", "vllm._custom_ops:_supports_onednn",
+        "ONEDNN_PRIMITIVE_CACHE_CAPACITY defaults to 64 in every vLLM process once vllm._custom_ops "
+        "is imported (an environment default, no code replaced; a value the user set wins)",
+        "oneDNN's process-wide cache (1024 primitives, one per layer shape and batch size) grows "
+        "the worker's RSS by hundreds of MiB over the first minutes to tens of minutes of serving "
+        "(fixes/cpu_onednn_cache.py, bench/onednn_cache.py)",
+        "0.32 (CPU build)", "when vLLM's CPU build bounds its oneDNN primitive caches itself", "cpu",
+    ),
+    Patch(
         "ray-cpu-executor", "vllm.v1.executor.abstract:Executor.get_class",
         "distributed_executor_backend='ray' on the CPU platform -> fixes.ray_cpu.CpuRayExecutor",
         "vLLM 0.32 refuses Ray on its CPU platform",

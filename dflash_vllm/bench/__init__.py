@@ -19,11 +19,9 @@ import json
 import os
 import sys
 
+from ..paths import DEMO_DRAFTER, DEMO_TARGET, results_dir
 from .report import compare, load, plots, tables
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DEMO_TARGET = os.path.join(REPO, "deploy", "demo", "target")
-DEMO_DRAFTER = os.path.join(REPO, "deploy", "demo", "drafter")
 QUICK = dict(methods="none,ours,native,ngram", concurrency="1,8", prompt_sets="tasks", grid_sets="",
              min_requests=8, max_tokens=96)
 
@@ -91,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         for k, v in QUICK.items():
             if k not in typed:
                 setattr(args, k, v)
-    args.out = args.out or os.path.join(REPO, "bench", "results", "bench-quick.json" if args.quick else "bench.json")
+    args.out = args.out or os.path.join(results_dir(), "bench-quick.json" if args.quick else "bench.json")
     args.log_dir = args.log_dir or args.out.removesuffix(".json") + "-logs"
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     from .runner import run

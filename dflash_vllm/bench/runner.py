@@ -19,7 +19,6 @@ import time
 from . import report
 from .prompts import prompt_set
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 class Worker:
@@ -152,9 +151,13 @@ def provenance() -> dict:
 
     from .. import __version__
 
-    git = subprocess.run(["git", "-C", REPO, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--untracked-files=no"],
-                           capture_output=True, text=True).stdout.strip()
+    from ..paths import REPO
+
+    git = dirty = ""  # a wheel install has no commit to report
+    if REPO is not None:
+        git = subprocess.run(["git", "-C", REPO, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True).stdout.strip()
     dev = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
     return {
         "git_commit": git + ("+dirty" if dirty else ""), "dflash_vllm": __version__, "vllm": vllm.__version__,

@@ -41,6 +41,15 @@ def torch_path(monkeypatch):
     monkeypatch.setenv(CPU_ATTN_ENV, "0")
 
 
+def random_block(num_reqs, seed=1):
+    """Queries and the block's own keys/values, [num_reqs, QUERY_LEN, heads, HEAD_DIM]."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(num_reqs, QUERY_LEN, NUM_HEADS, HEAD_DIM, generator=g)
+    blk_k = torch.randn(num_reqs, QUERY_LEN, NUM_KV_HEADS, HEAD_DIM, generator=g)
+    blk_v = torch.randn(num_reqs, QUERY_LEN, NUM_KV_HEADS, HEAD_DIM, generator=g)
+    return q, blk_k, blk_v
+
+
 def make_paged_cache(ctx_lens, block_size, *, layout, seed, extra_cols=3, spare_blocks=5, lookahead=0):
     """Random per-request context K/V, a random block table (block 0 = vLLM's null block, never
     handed out; unused table entries point there) and a cache full of garbage with the
@@ -133,11 +142,8 @@ def forward_padded(md, kv_cache, q, blk_k, blk_v, scale):
 def test_attention_matches_dense_reference(block_size, layout, sizing):
     ctx_lens = MIXED_LENS
     kv_cache, before, block_table, ctx_k, ctx_v = make_paged_cache(ctx_lens, block_size, layout=layout, seed=block_size)
-    g = torch.Generator().manual_seed(1)
     b = len(ctx_lens)
-    q = torch.randn(b, QUERY_LEN, NUM_HEADS, HEAD_DIM, generator=g)
-    blk_k = torch.randn(b, QUERY_LEN, NUM_KV_HEADS, HEAD_DIM, generator=g)
-    blk_v = torch.randn(b, QUERY_LEN, NUM_KV_HEADS, HEAD_DIM, generator=g)
+    q, blk_k, blk_v = random_block(b)
     scale = HEAD_DIM**-0.5
     # "exact": the CPU builder (lengths read on the host); "upper_bound": the GPU builder
     # (vLLM's max_seq_len, which still counts the rejected tail: masked).
@@ -222,11 +228,8 @@ def test_cpu_kernel_matches_dense_reference(block_size, monkeypatch):
     ctx_lens = MIXED_LENS
     kv_cache, _, block_table, ctx_k, ctx_v = make_paged_cache(
         ctx_lens, block_size, layout="HND", seed=block_size, lookahead=QUERY_LEN)
-    g = torch.Generator().manual_seed(1)
     b = len(ctx_lens)
-    q = torch.randn(b, QUERY_LEN, NUM_HEADS, HEAD_DIM, generator=g)
-    blk_k = torch.randn(b, QUERY_LEN, NUM_KV_HEADS, HEAD_DIM, generator=g)
-    blk_v = torch.randn(b, QUERY_LEN, NUM_KV_HEADS, HEAD_DIM, generator=g)
+    q, blk_k, blk_v = random_block(b)
     scale = HEAD_DIM**-0.5
     before = kv_cache.clone()
     got, args = run_cpu_kernel(kv_cache, block_table, ctx_lens, block_size, q, blk_k, blk_v, scale)

@@ -76,10 +76,11 @@ def make_pair(tmp_path, *, attention_bias: bool, num_layers: int = 2, seed: int 
     ref.save_pretrained(path)
 
     vllm_config = VllmConfig(compilation_config=CompilationConfig(custom_ops=[custom_ops]))  # fresh per model: layer names register in its forward context
-    fake = types.SimpleNamespace(  # the three things DFlashDrafterModel reads off its config
+    fake = types.SimpleNamespace(  # the four things DFlashDrafterModel reads off its config
         speculative_config=types.SimpleNamespace(draft_model_config=types.SimpleNamespace(model=path)),
         model_config=types.SimpleNamespace(get_total_num_hidden_layers=lambda: TARGET_LAYERS, max_model_len=256),
         cache_config=CacheConfig(block_size=BLOCK),
+        device_config=types.SimpleNamespace(device=torch.device("cpu")),
     )
     # get_rope caches modules process-wide, with the dispatch of the config they were built
     # under: start afresh so this model's RoPE follows this config.
@@ -191,14 +192,18 @@ def random_inputs(cfg, seed):
 @pytest.mark.parametrize("attention", ["cpu_kernel", "pytorch"])
 @pytest.mark.parametrize("custom_ops", ["none", "all"])
 @pytest.mark.parametrize("attention_bias", [False, True])
+@pytest.mark.parametrize("fused", ["cpp", "modules"])
 @torch.inference_mode()
-def test_vllm_drafter_matches_pytorch_drafter(vllm_env, tmp_path, monkeypatch, attention_bias, custom_ops, attention):
+def test_vllm_drafter_matches_pytorch_drafter(vllm_env, tmp_path, monkeypatch, fused, attention_bias, custom_ops, attention):
     from dflash_vllm.attention.backend import CPU_ATTN_ENV, cpu_kernel_isa
+    from dflash_vllm.models.drafter import FUSED_OPS_ENV
 
     monkeypatch.setenv(CPU_ATTN_ENV, "1" if attention == "cpu_kernel" else "0")
+    monkeypatch.setenv(FUSED_OPS_ENV, "1" if fused == "cpp" else "0")
     cfg, ref, model, vllm_config, target = make_pair(tmp_path, attention_bias=attention_bias, custom_ops=custom_ops)
     probe = torch.zeros(2, model.layers[0].self_attn.num_kv_heads, BLOCK, 2 * cfg.head_dim)
     assert (cpu_kernel_isa(probe, cfg.head_dim) is not None) == (attention == "cpu_kernel")
+    assert model.fused == (fused == "cpp") and all(l.self_attn.fused == model.fused for l in model.layers)
     norm = model.layers[0].self_attn.k_norm
     assert (norm._forward_method.__name__ == "forward_native") == (custom_ops == "none")
     features, input_ids, g = random_inputs(cfg, seed=3)
@@ -232,22 +237,27 @@ def old_context_k(model, target_features, positions):
 
 
 @pytest.mark.parametrize(
-    "dtype, custom_ops, shared_rope, exact",
+    "dtype, custom_ops, shared_rope, exact, fused",
     [
-        (torch.float32, "none", True, True),
-        (torch.float32, "all", True, True),
-        (torch.float32, "all", False, True),  # the per-layer fallback, should a layer get its own RoPE module
-        (torch.bfloat16, "none", True, True),
+        (torch.float32, "none", True, True, False),
+        (torch.float32, "all", True, True, False),
+        (torch.float32, "all", False, True, False),  # the per-layer fallback, should a layer get its own RoPE module
+        (torch.bfloat16, "none", True, True, False),
         # vLLM's kernels round once, in fp32, where the old code rounded after every bf16 op:
         # the new keys may differ by one bf16 ulp, and are now those of the block's own keys.
-        (torch.bfloat16, "all", True, False),
+        (torch.bfloat16, "all", True, False, False),
+        # the CPU default: vLLM's C++ RMSNorm (fp32 rounding differs from the PyTorch ops)
+        (torch.float32, "all", True, False, True),
+        (torch.bfloat16, "all", True, False, True),
     ],
 )
 @torch.inference_mode()
-def test_context_kv_unchanged_by_using_the_layer_modules(vllm_env, tmp_path, monkeypatch, dtype, custom_ops, shared_rope, exact):
+def test_context_kv_unchanged_by_using_the_layer_modules(vllm_env, tmp_path, monkeypatch, dtype, custom_ops, shared_rope, exact, fused):
     from dflash_vllm.attention.backend import CPU_ATTN_ENV
+    from dflash_vllm.models.drafter import FUSED_OPS_ENV
 
     monkeypatch.setenv(CPU_ATTN_ENV, "0")  # the cache read back below in the PyTorch path's layout
+    monkeypatch.setenv(FUSED_OPS_ENV, "1" if fused else "0")
     torch.set_default_dtype(dtype)  # as vLLM's loader does while building a model
     try:
         cfg, _, model, _, _ = make_pair(tmp_path, attention_bias=False, num_layers=3, seed=5, custom_ops=custom_ops)
@@ -265,8 +275,14 @@ def test_context_kv_unchanged_by_using_the_layer_modules(vllm_env, tmp_path, mon
     slots = torch.arange(n) + BLOCK  # block 0 is the null block
     model.write_context_kv(feats, positions, slots)
     want_k, want_v = old_context_k(model, feats, positions)
-    tol = dict(rtol=0, atol=0) if exact else dict(rtol=2**-7, atol=2**-7)
+    assert model.fused == fused
+    if exact:
+        tol = v_tol = dict(rtol=0, atol=0)
+    elif not fused:
+        tol, v_tol = dict(rtol=2**-7, atol=2**-7), dict(rtol=0, atol=0)
+    else:  # the C++ norm (also hidden_norm, so V too): fp32 rounding, or one bf16 ulp
+        tol = v_tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2**-6, atol=2**-5)
     for i, cache in enumerate(caches):
         got = cache[slots // BLOCK, :, slots % BLOCK]
         torch.testing.assert_close(got[..., : cfg.head_dim], want_k[:, i], **tol)
-        torch.testing.assert_close(got[..., cfg.head_dim :], want_v[:, i], rtol=0, atol=0)
+        torch.testing.assert_close(got[..., cfg.head_dim :], want_v[:, i], **v_tol)
