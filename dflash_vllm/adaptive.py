@@ -285,6 +285,9 @@ class AdaptivePolicy:
     def on_step(self, now: float, num_tokens: int, num_reqs: int, last_draft_s: float | None) -> None:
         """The period since the previous call = drafter forward (measured) + everything else of
         this step's schedule/verify/sample over num_tokens tokens."""
+        if self.fixed is not None:  # a pinned K needs no cost model: keep its steps cheap
+            self.step += 1
+            return
         if last_draft_s is not None:
             self._last_draft_s = last_draft_s
         if self._last_t is not None:
