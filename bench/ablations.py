@@ -14,10 +14,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
+from dflash_vllm.paths import DEMO_TARGET, results_dir
 
 VARIANTS = {  # name: (work-dir slug, recipe overrides, serving K values)
     "baseline (KV in every layer, random anchors, decayed loss, B=16)": ("baseline", {}, [15, 7]),
@@ -53,7 +51,7 @@ def main(argv=None):
     ap.add_argument("--data", default="/tmp/dflash-demo/regen.jsonl", help="from deploy/demo/make_demo.sh step 2")
     ap.add_argument("--work", default="/tmp/dflash-ablations")
     args = ap.parse_args(argv)
-    target_dir = os.path.join(REPO, "deploy/demo/target")
+    target_dir = DEMO_TARGET
     tok = AutoTokenizer.from_pretrained(target_dir)
     target = AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.float32).eval()
     rows = []
@@ -71,8 +69,8 @@ def main(argv=None):
             rows.append({"variant": name, "served_k": k, "tau": round(tau, 3), "steps": record["steps"],
                          "final_loss": record["final_loss_mean_last_50"]})
             print(json.dumps(rows[-1]), flush=True)
-    os.makedirs(os.path.join(REPO, "bench/results"), exist_ok=True)
-    with open(os.path.join(REPO, "bench/results/ablations.json"), "w") as f:
+    os.makedirs(results_dir(), exist_ok=True)
+    with open(os.path.join(results_dir(), "ablations.json"), "w") as f:
         json.dump({"steps_per_variant": args.steps, "rows": rows}, f, indent=1)
     print("\n| variant | served K | tau | final loss |\n|---|---|---|---|")
     for r in rows:

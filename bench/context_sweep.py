@@ -26,7 +26,6 @@ import random
 import statistics
 import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 METHODS = {
     "ours": {},
     "ours-pytorch": {"env": {"DFLASH_VLLM_CPU_ATTN": "0"}},
@@ -60,8 +59,8 @@ def draft_ms(res: dict) -> dict:
 
 
 def main(argv=None) -> int:
-    sys.path.insert(0, REPO)
     from dflash_vllm.bench.runner import Worker, provenance
+    from dflash_vllm.paths import results_dir
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--contexts", default="256,2048,8192")
@@ -71,7 +70,7 @@ def main(argv=None) -> int:
     ap.add_argument("--max-tokens", type=int, default=24)
     ap.add_argument("--k", type=int, default=15)
     ap.add_argument("--work", default="/tmp/dflash-context-sweep", help="where the tiny pair is made (once)")
-    ap.add_argument("--out", default=os.path.join(REPO, "bench/results/context_sweep.json"))
+    ap.add_argument("--out", default=os.path.join(results_dir(), "context_sweep.json"))
     args = ap.parse_args(argv)
     contexts = [int(x) for x in args.contexts.split(",")]
     batches = [int(x) for x in args.batches.split(",")]

@@ -6,13 +6,10 @@ greedy drafts (one-hot q) under a sampled target. Same held-out prompts, K = 15,
 
 import json
 import os
-import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-
-from dflash_vllm.acceptance import histogram, tau  # noqa: E402
-from dflash_vllm.harness import run_job_subprocess  # noqa: E402
+from dflash_vllm.acceptance import histogram, tau
+from dflash_vllm.harness import run_job_subprocess
+from dflash_vllm.paths import DEMO_DRAFTER, DEMO_TARGET, results_dir
 
 
 def main():
@@ -20,7 +17,7 @@ def main():
 
     from dflash_vllm.training.tasks import make_samples
 
-    target, drafter = os.path.join(REPO, "deploy/demo/target"), os.path.join(REPO, "deploy/demo/drafter")
+    target, drafter = DEMO_TARGET, DEMO_DRAFTER
     tok = AutoTokenizer.from_pretrained(target)
     prompts = [list(tok.apply_chat_template([{"role": "user", "content": s.prompt}], add_generation_prompt=True,
                                             tokenize=True, return_dict=False)) for s in make_samples(64, seed=101)]
@@ -34,8 +31,8 @@ def main():
         acc = [a for o in out["outputs"] for a in o["accepted_per_step"]]
         rows[f"T={temp} drafts={method}"] = {"tau": round(tau(acc), 3), "steps": len(acc), "histogram": histogram(acc, 15)}
         print(f"T={temp} drafts={method}: tau {rows[f'T={temp} drafts={method}']['tau']}", flush=True)
-    os.makedirs(os.path.join(REPO, "bench/results"), exist_ok=True)
-    with open(os.path.join(REPO, "bench/results/sampling_tau.json"), "w") as f:
+    os.makedirs(results_dir(), exist_ok=True)
+    with open(os.path.join(results_dir(), "sampling_tau.json"), "w") as f:
         json.dump(rows, f, indent=1)
 
 

@@ -15,17 +15,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
-import subprocess
-import sys
-import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-
-from dflash_vllm.acceptance import tau  # noqa: E402
-from dflash_vllm.harness import run_job_subprocess  # noqa: E402
+from dflash_vllm.acceptance import tau
+from dflash_vllm.bench.runner import provenance
+from dflash_vllm.harness import run_job_subprocess
+from dflash_vllm.paths import DEMO_DRAFTER, DEMO_TARGET, results_dir
 
 
 def workload(target: str, batch: int, num_requests: int, max_tokens: int) -> list[dict]:
@@ -65,12 +60,12 @@ def summarize(out: dict, k: int) -> dict:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--target", default=os.path.join(REPO, "deploy/demo/target"))
-    ap.add_argument("--drafter", default=os.path.join(REPO, "deploy/demo/drafter"))
+    ap.add_argument("--target", default=DEMO_TARGET)
+    ap.add_argument("--drafter", default=DEMO_DRAFTER)
     ap.add_argument("--k", type=int, default=15)
     ap.add_argument("--batch-sizes", default="1,16")
     ap.add_argument("--max-tokens", type=int, default=96)
-    ap.add_argument("--out", default=os.path.join(REPO, "bench/results/step_time.json"))
+    ap.add_argument("--out", default=os.path.join(results_dir(), "step_time.json"))
     args = ap.parse_args(argv)
     spec = {"method": "dflash", "model": args.drafter, "num_speculative_tokens": args.k}
     cells = {}
@@ -98,17 +93,10 @@ def main(argv=None):
             "draft_time": round(cell["ours"]["mean_step_split_ms"]["draft"] / max(1e-9, cell["native"]["mean_step_split_ms"]["draft"]), 3),
         }
         cells[f"batch_{b}"] = cell
-    import torch
-    import vllm
-
     result = {
         "what": "engine step time, ours vs vLLM native DFlash, same weights, greedy",
         "config": {"target": args.target, "drafter": args.drafter, "k": args.k, "max_tokens": args.max_tokens},
-        "provenance": {
-            "git_commit": subprocess.run(["git", "-C", REPO, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip(),
-            "vllm": vllm.__version__, "torch": torch.__version__, "python": platform.python_version(),
-            "machine": f"{platform.machine()} {os.cpu_count()} cpus", "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        },
+        "provenance": provenance(),
         "cells": cells,
     }
     os.makedirs(os.path.dirname(args.out), exist_ok=True)

@@ -351,12 +351,19 @@ def check_speculative_config(spec: dict[str, Any]) -> None:
     """The speculative-config mistakes vLLM would answer with a page of validation traceback,
     as one line naming the fix (only keys that are present are checked)."""
     import difflib
+    import logging
     import typing
 
+    # Importing vLLM's config the first time logs, on the CPU build, "Triton is installed, but
+    # doesn't include CPU backend" before vLLM's logging is set up: a stray second line under
+    # our one-line error. Its warnings are held back for this import only.
+    logging.disable(logging.WARNING)
     try:
         from vllm.config.speculative import DraftSampleMethod, SpeculativeMethod
     except ImportError:  # another vLLM layout: leave validation to vLLM
         return
+    finally:
+        logging.disable(logging.NOTSET)
     methods = [m for arg in typing.get_args(SpeculativeMethod) for m in (typing.get_args(arg) or (arg,))]
     method = spec.get("method")
     if method is not None and method not in methods:

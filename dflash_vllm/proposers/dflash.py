@@ -79,6 +79,7 @@ class DFlashProposer(SpecDecodeBaseProposer):
         self._ctx_pending: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
         self._ctx_pending_tokens = 0
         self._draft_timing: tuple | None = None
+        self._flush_s = 0.0  # deferred context writes flushed this step (CPU seconds)
         self._runner = runner
         # Per-request lengths reach the scheduler only as the lists that take_draft_token_ids
         # hands it (synchronous scheduling). Under async scheduling vLLM schedules K
@@ -166,7 +167,7 @@ class DFlashProposer(SpecDecodeBaseProposer):
         t, self._draft_timing = self._draft_timing, None
         if t is None:
             return None
-        kind, a, b, block_tokens = t
+        kind, a, b, block_tokens, flush_s = t
         if kind == "cuda":
             if not b.query():  # never wait: drop the sample
                 return None
@@ -174,7 +175,10 @@ class DFlashProposer(SpecDecodeBaseProposer):
         else:
             seconds = b - a
         self.policy.on_draft_time(seconds, block_tokens)
-        return seconds
+        # The deferred context writes flushed before this forward are not a cost of the plan:
+        # every verified token's K/V is written once, drafted or not. Left in the period, they
+        # would land on T_v of the steps that resume drafting and make drafts look expensive.
+        return seconds + flush_s
 
     def _write_context(self, features, positions, slot_mapping, num_tokens: int, defer: bool) -> None:
         """Context K/V of the tokens the target just ran. Deferred on steps that skip the drafter
@@ -193,12 +197,17 @@ class DFlashProposer(SpecDecodeBaseProposer):
             return
         features, positions, slot_mapping = features[:num_tokens], positions[:num_tokens], slot_mapping[:num_tokens]
         if pending:
+            t0 = time.perf_counter()
             pending.append((features, positions, slot_mapping))
             features = torch.cat([x[0] for x in pending])
             positions = torch.cat([x[1] for x in pending])
             slot_mapping = torch.cat([x[2] for x in pending])
             pending.clear()
             self._ctx_pending_tokens = 0
+            self.model.write_context_kv(features, positions, slot_mapping)
+            if features.device.type == "cpu":  # on a GPU the host clock would see only the launches
+                self._flush_s = time.perf_counter() - t0
+            return
         self.model.write_context_kv(features, positions, slot_mapping)
 
     # -- loading --------------------------------------------------------------------------
@@ -241,6 +250,7 @@ class DFlashProposer(SpecDecodeBaseProposer):
             k = self._plan(num_reqs, num_tokens, num_speculative_tokens, sampling_metadata)
         # Every verified token's context K/V is written before any later block reads it; on a
         # step without a drafter forward the write is deferred and batched with later ones.
+        self._flush_s = 0.0
         self._write_context(target_hidden_states, target_positions, cad.slot_mapping, num_tokens, defer=k == 0)
         if k == 0:  # every request submits 0 drafts: no drafter forward this step
             self.num_skipped_forwards += 1
@@ -287,9 +297,9 @@ class DFlashProposer(SpecDecodeBaseProposer):
         if cuda:  # read back at the next step, when it has long completed: no sync
             t_end = torch.cuda.Event(enable_timing=True)
             t_end.record()
-            self._draft_timing = ("cuda", t_start, t_end, num_reqs * q_len)
+            self._draft_timing = ("cuda", t_start, t_end, num_reqs * q_len, 0.0)
         else:
-            self._draft_timing = ("cpu", t_start, time.perf_counter(), num_reqs * q_len)
+            self._draft_timing = ("cpu", t_start, time.perf_counter(), num_reqs * q_len, self._flush_s)
         return draft_ids.view(num_reqs, k)
 
     def _sample_draft_tokens(self, hidden_states: torch.Tensor, sampling_metadata):

@@ -53,8 +53,10 @@ def test_bad_start_is_one_line_and_exit_2(tiny_dir, tmp_path, case, edit, match)
         spec.update(edit)
     proc, seconds = _serve(str(tiny_dir / "target"), spec)
     assert proc.returncode == 2, f"{case}: exit {proc.returncode}\n{proc.stderr[-3000:]}"
-    last = proc.stderr.strip().splitlines()[-1]
+    lines = proc.stderr.strip().splitlines()
+    last = lines[-1]
     assert last.startswith("dflash-vllm: error: ") and match in last, f"{case}: {last}"
+    assert len(lines) == 1, f"{case}: {len(lines)} lines on stderr: {lines[:3]}"
     assert "Traceback" not in proc.stderr and "EngineCore" not in proc.stderr + proc.stdout, case
     print(f"{case}: exit 2 after {seconds:.1f} s: {last}")
     assert seconds < 60, f"{case}: took {seconds:.0f} s"
