@@ -196,19 +196,17 @@ class DFlashProposer(SpecDecodeBaseProposer):
             self._ctx_pending_tokens += num_tokens
             return
         features, positions, slot_mapping = features[:num_tokens], positions[:num_tokens], slot_mapping[:num_tokens]
+        t0 = time.perf_counter() if pending else None
         if pending:
-            t0 = time.perf_counter()
             pending.append((features, positions, slot_mapping))
             features = torch.cat([x[0] for x in pending])
             positions = torch.cat([x[1] for x in pending])
             slot_mapping = torch.cat([x[2] for x in pending])
             pending.clear()
             self._ctx_pending_tokens = 0
-            self.model.write_context_kv(features, positions, slot_mapping)
-            if features.device.type == "cpu":  # on a GPU the host clock would see only the launches
-                self._flush_s = time.perf_counter() - t0
-            return
         self.model.write_context_kv(features, positions, slot_mapping)
+        if t0 is not None and features.device.type == "cpu":  # a GPU host clock sees only launches
+            self._flush_s = time.perf_counter() - t0
 
     # -- loading --------------------------------------------------------------------------
     def load_model(self, target_model: torch.nn.Module) -> None:
