@@ -4,19 +4,22 @@ The model (everything is learned online, on the host, from what vLLM already bri
 
 - acceptance: the j-th draft of request i survives (is accepted with every draft before it) with
   probability ``s_i(j) = prod_{l <= j} min(a_max, g(l) * rho_i)``. ``g(l)`` is the server-wide
-  conditional acceptance rate at draft position l (exponentially decayed counts of "position l
-  reached" / "position l accepted", with an optimistic prior so that unexplored positions get
-  tried); ``rho_i = (acc_i + m) / (exp_i + m)`` is the request's recent accepted drafts over the
-  number the server-wide curve expected for the same verify steps, shrunk toward 1 by m
-  pseudo-counts (recent = decayed by ``request_decay`` per verify step).
-- cost: one engine step costs ``T(k) = T_v(N0 + sum_i k_i) + [q > 0] T_d(R (q + 1))``:
+  conditional acceptance rate at draft position l (counts of "position l reached" / "position l
+  accepted", decayed per engine step and per verified row, with an optimistic prior so that
+  unexplored positions get tried); ``rho_i = (acc_i + m) / (exp_i + m)`` is the request's
+  recent accepted drafts over the number the server-wide curve expected for the same verify
+  steps, shrunk toward 1 by m pseudo-counts (recent = decayed by ``request_decay`` per verify step).
+- cost: one engine step costs
+  ``T(k) = T_v(N0 + sum_i k_i) + delta [sum_i k_i > 0] + [q > 0] T_d(R (q + 1))``:
   ``T_v`` everything but the drafter forward (target verify, scheduling, sampling, context K/V
   write) as a function of the verified tokens N (piecewise linear, knots at 64, 256, 1024: flat
-  while the device has idle compute, steeper once it has none); ``T_d`` the drafter forward over
-  ``R (q + 1)`` block tokens, R the batch size and ``q = max_i k_i``; ``N0`` the tokens verified
-  without any draft (one per request plus the prefill running alongside). Both are ridge
-  regressions with exponential forgetting, fitted to the engine's own step times (the
-  wall-clock period between successive drafting calls, and the drafter forward itself).
+  while the device has idle compute, steeper once it has none); ``delta`` the fixed cost of a
+  step that verifies any draft (vLLM's speculative bookkeeping, a third of a small model's plain
+  step on CPU); ``T_d`` the drafter forward over ``R (q + 1)`` block tokens, R the batch size
+  and ``q = max_i k_i``; ``N0`` the tokens verified without any draft (one per request plus the
+  prefill running alongside). Both are ridge regressions with exponential forgetting, fitted to
+  the engine's own step times (the wall-clock period between successive drafting calls, and
+  the drafter forward itself).
 - policy: maximise expected goodput ``G(k) = sum_i E_i(k_i) / T(k)``, with
   ``E_i(k) = 1 + sum_{j <= k} s_i(j)`` expected tokens emitted. For a cap q on k_i the optimum
   submits draft j of request i iff ``s_i(j) >= G* dT_v/dN`` (s_i is decreasing in j, so that is
@@ -28,11 +31,17 @@ The model (everything is learned online, on the host, from what vLLM already bri
 
 Exploration: the priors are optimistic (drafting looks free until measured); while drafting,
 every ``dither_every``-th step submits one draft more or less per request (near the optimum
-that costs next to nothing, and it keeps dT_v/dN measured even at a constant batch); after
-``probe_every`` steps without a drafter forward one step drafts 1 per request anyway, and now
-and then drafting pauses for one step (the cost of the plan not taken stays measured); both
-are spaced so that each costs at most ``explore_budget`` (1%) of the expected goodput, so
-acceptance and cost keep being measured when the workload changes.
+that costs next to nothing, and it keeps dT_v/dN measured even at a constant batch), and now and
+then drafting pauses for one step (the cost of the plan not taken stays measured), spaced to
+cost at most ``explore_budget`` (1%) of the expected goodput. While drafting does not pay, a
+probe drafts after ``probe_every`` (32) steps or more, spaced so that what probes lose stays
+within ``probe_budget`` (2%); a probe drafts as deep as costs at most a quarter of a plain step
+more than one draft each (on CPU with a small batch: the whole block, so one probe measures
+every position), every other probe one draft (so the slope in N and delta are told apart).
+Acceptance evidence ages per step and per verified row, so positions no longer reached drift
+back to the optimistic prior: after a run of prompts the drafter does not know, the first
+probes on prompts it does know bring deep drafting back within a short benchmark cell
+(``test_follows_a_change_of_workload``).
 
 Opt-in, for now: ``"dflash_adaptive": true`` in the speculative config (or
 ``DFLASH_VLLM_FIXED_K=adaptive``) turns the policy on. Without it every request submits
@@ -131,9 +140,10 @@ class AcceptanceModel:
     """Server-wide conditional acceptance per draft position, and per-request skill rho_i."""
 
     def __init__(self, k_max: int, prior_rate: float = 0.8, prior_weight: float = 2.0, decay: float = 0.99,
-                 request_decay: float = 0.85, request_prior: float = 2.0, max_rate: float = 0.98):
+                 row_decay: float = 0.995, request_decay: float = 0.85, request_prior: float = 2.0,
+                 max_rate: float = 0.98):
         self.k_max = k_max
-        self.prior_rate, self.decay, self.max_rate = prior_rate, decay, max_rate
+        self.prior_rate, self.decay, self.row_decay, self.max_rate = prior_rate, decay, row_decay, max_rate
         self.request_decay, self.request_prior = request_decay, request_prior
         self.accepted = np.full(k_max, prior_rate * prior_weight)  # decayed "position j accepted"
         self.reached = np.full(k_max, prior_weight)  # decayed "position j verified"
@@ -152,8 +162,11 @@ class AcceptanceModel:
         g = self.rates()
         expected = np.concatenate([[0.0], np.cumsum(g)])[trials]  # sum_{j <= trials} g(j)
         n = self.k_max + 1
-        self.reached *= self.decay
-        self.accepted *= self.decay
+        # Forgetting per verified row as well as per step (``tick``): the curve follows a change
+        # of workload within ~200 rows or ~100 steps, whichever comes first.
+        w = self.row_decay ** len(req_ids)
+        self.reached *= w
+        self.accepted *= w
         self.reached += np.cumsum(np.bincount(trials, minlength=n)[::-1])[::-1][1:]  # #{trials >= j}
         self.accepted += np.cumsum(np.bincount(a, minlength=n)[::-1])[::-1][1:]  # #{a >= j}
         rd = self.request_decay
@@ -165,6 +178,13 @@ class AcceptanceModel:
             else:
                 st[0] = st[0] * rd + ai
                 st[1] = st[1] * rd + ei
+
+    def tick(self) -> None:
+        """One engine step, drafted or not: evidence ages with time too, so that positions no
+        longer verified (a run of steps without drafts, or short drafts) drift back to the
+        optimistic prior and get tried again, instead of holding an old workload's rates."""
+        self.reached *= self.decay
+        self.accepted *= self.decay
 
     def forget(self, req_ids) -> None:
         for rid in req_ids:
@@ -211,43 +231,54 @@ class _Ridge:
 
 
 class CostModel:
-    """T_v(N): step time without the drafter forward, piecewise linear in verified tokens N;
-    T_d(D): drafter forward over D block tokens. (Batch size R matters to the choice only
-    through N and D: R itself is the same for every candidate plan of a step.)"""
+    """T_v(N, drafted): step time without the drafter forward, piecewise linear in verified
+    tokens N, plus a fixed cost delta when the step verifies any draft (vLLM's speculative
+    bookkeeping: spec-decode metadata, rejection sampler, drafter input preparation; on CPU
+    with a small target a third of a plain step, which a line in N alone would spread over
+    every plan and so misprice "no drafts"); T_d(D): drafter forward over D block tokens.
+    (Batch size R matters to the choice only through N and D: R itself is the same for every
+    candidate plan of a step.)"""
 
     KNOTS = (64.0, 256.0, 1024.0)
     SCALE = 256.0
 
     def __init__(self, decay: float = 0.99, ridge: float = 0.05):
         # The hinges stay 0 (one straight line) unless the data insist: a kink fitted on a
-        # narrow range of N would extrapolate badly to the plans not taken.
-        self.verify = _Ridge(2 + len(self.KNOTS), decay, (ridge, ridge, *[2.0] * len(self.KNOTS)))
+        # narrow range of N would extrapolate badly to the plans not taken. delta starts at 0
+        # (optimistic, like the slopes) and is learned from the plain steps the policy keeps taking.
+        self.verify = _Ridge(3 + len(self.KNOTS), decay, (ridge, ridge, *[2.0] * len(self.KNOTS), 2.0))
         self.draft = _Ridge(2, decay, ridge)
 
-    def _phi(self, n, r=None):
+    def _phi(self, n, drafted):
         s = self.SCALE
         n = np.asarray(n, dtype=np.float64)
-        return np.stack([np.ones_like(n), n / s, *(np.maximum(n - kn, 0) / s for kn in self.KNOTS)], -1)
+        return np.stack([np.ones_like(n), n / s, *(np.maximum(n - kn, 0) / s for kn in self.KNOTS),
+                         np.broadcast_to(np.asarray(drafted, dtype=np.float64), n.shape)], -1)
 
-    def observe_step(self, seconds_without_draft: float, num_tokens: int, num_reqs: int) -> None:
-        self.verify.observe(self._phi(num_tokens, num_reqs), seconds_without_draft)
+    def observe_step(self, seconds_without_draft: float, num_tokens: int, num_reqs: int,
+                     drafted: bool = False) -> None:
+        self.verify.observe(self._phi(num_tokens, drafted), seconds_without_draft)
 
     def observe_draft(self, seconds: float, block_tokens: int) -> None:
         self.draft.observe(np.array([1.0, block_tokens / self.SCALE]), seconds)
 
-    def t_verify(self, n, r=None):
+    def t_verify(self, n, r=None, drafted=False):
         th = self.verify.theta()
         s = self.SCALE
         t = th[0] + th[1] * (n / s)
-        for c, kn in zip(th[2:], self.KNOTS):
+        for c, kn in zip(th[2:-1], self.KNOTS):
             if c:
                 t = t + c * (np.maximum(n - kn, 0.0) / s)
-        return np.maximum(t, 0.0)
+        return np.maximum(t + self.delta() * np.asarray(drafted, dtype=np.float64), 0.0)
+
+    def delta(self) -> float:
+        """The fixed cost of a step that verifies drafts (never negative)."""
+        return max(0.0, float(self.verify.theta()[-1]))
 
     def slope_verify(self, n: float) -> float:
         """dT_v/dN at n (never negative: a step does not get cheaper with more tokens)."""
         th = self.verify.theta()
-        return max(0.0, (th[1] + sum(t for t, kn in zip(th[2:], self.KNOTS) if n > kn)) / self.SCALE)
+        return max(0.0, (th[1] + sum(t for t, kn in zip(th[2:-1], self.KNOTS) if n > kn)) / self.SCALE)
 
     def t_draft(self, block_tokens) -> np.ndarray:
         th = self.draft.theta()
@@ -264,7 +295,7 @@ class AdaptivePolicy:
 
     def __init__(self, k_max: int, fixed: list[int] | None = None, probe_every: int = 32,
                  dither_every: int = 4, zero_every: int = 32, explore_budget: float = 0.01,
-                 margin: float = 0.01, outlier: float = 5.0):
+                 margin: float = 0.01, outlier: float = 5.0, replan_every: int = 4, probe_budget: float = 0.02):
         self.k_max = k_max
         self.fixed = fixed
         self.acceptance = AcceptanceModel(k_max)
@@ -274,6 +305,9 @@ class AdaptivePolicy:
         self.probe_every, self.dither_every, self.zero_every = probe_every, dither_every, zero_every
         self.explore_budget = explore_budget
         self.margin, self.outlier = margin, outlier
+        self.replan_every, self.probe_budget = replan_every, probe_budget
+        self._probes = 0
+        self._optimum_cache: tuple | None = None  # ((num_reqs, decoding ids), step, _optimum(...))
         self.step = 0
         self.steps_since_draft = 0
         self.prefill_tokens = 0.0  # EMA of verified tokens that are neither anchors nor drafts
@@ -298,8 +332,9 @@ class AdaptivePolicy:
                     # Clipped, not dropped: an idle gap before this step counts as a slow step
                     # only up to `outlier` times the prediction, while a real jump in load (the
                     # model still thinks N is free) is followed within a few steps.
-                    rest = min(rest, self.outlier * max(float(cm.t_verify(num_tokens, num_reqs)), 1e-6))
-                cm.observe_step(rest, num_tokens, num_reqs)
+                    rest = min(rest, self.outlier * max(float(cm.t_verify(num_tokens, num_reqs,
+                                                                          self._last_submitted > 0)), 1e-6))
+                cm.observe_step(rest, num_tokens, num_reqs, drafted=self._last_submitted > 0)
         self._last_t = now
         self._last_draft_s = 0.0
         extra = max(0, num_tokens - num_reqs - self._last_submitted)
@@ -323,6 +358,7 @@ class AdaptivePolicy:
             k[is_decode] = kf
             q = kf if is_decode.any() else 0
         else:
+            self.acceptance.tick()
             rows = np.flatnonzero(is_decode)
             q = 0
             if len(rows):
@@ -338,14 +374,50 @@ class AdaptivePolicy:
         return k, q
 
     def _choose(self, dec_ids: list[str], num_reqs: int) -> tuple[np.ndarray, int]:
+        """The optimum, then this step's exploration around it. While the optimum is "no
+        drafts", it is recomputed only every ``replan_every`` steps or when the batch changes:
+        a plain step of a small model on CPU is short enough for the computation to cost a
+        few percent; while drafting, every step (the plan moves, and the step is longer)."""
+        key = (num_reqs, dec_ids)
+        cached = self._optimum_cache
+        if (cached is None or cached[0] != key or self.step - cached[1] >= self.replan_every
+                or cached[2] is None or cached[2][0] is not None and cached[2][0].any()):
+            cached = self._optimum_cache = (key, self.step, self._optimum(dec_ids, num_reqs))
+        opt = cached[2]
         r = len(dec_ids)
+        if opt is None:  # the very first step: nothing measured, draft everything once
+            return np.full(r, self.k_max), self.k_max
+        best_k, best_g, g0, q_probe, probe_loss = opt
+        budget = self.explore_budget
+        if best_k is not None and best_g > g0 * (1.0 + self.margin) and best_k.any():
+            # A plain step now and then anchors T_v(N0), at most `budget` of the expected goodput.
+            if self.step % max(self.zero_every, int((1.0 - g0 / best_g) / budget)) == 0:
+                return np.zeros(r, dtype=np.int64), 0
+            k = best_k
+            if self.step % self.dither_every == 0:  # +-1 draft now and then: dT_v/dN stays measured
+                k = np.clip(k + (1 if (self.step // self.dither_every) % 2 else -1), 0, self.k_max)
+            if k.any():
+                return k, int(k.max())
+        # Keep measuring acceptance and draft cost: a probe, as often as `budget` of the step
+        # time allows (a probe that loses 6 plain steps waits ~300 steps).
+        if self.steps_since_draft + 1 >= max(self.probe_every, int(probe_loss / self.probe_budget)):
+            self._probes += 1
+            if self._probes % 2 == 0:  # every other probe drafts 1: N varies among drafted steps,
+                q_probe = 1  # which tells the slope in N apart from the fixed cost delta
+            return np.full(r, q_probe, dtype=np.int64), q_probe
+        return np.zeros(r, dtype=np.int64), 0
+
+    def _optimum(self, dec_ids: list[str], num_reqs: int):
+        """(best k per request or None, its goodput, goodput without drafts, a probe's depth,
+        what a probe loses against a plain step), or None before anything was measured."""
+        r = len(dec_ids)
+        cm = self.cost
+        if not cm.ready:
+            return None
         s = self.acceptance.survival(dec_ids)  # [r, K]
         cs = np.concatenate([np.zeros((r, 1)), np.cumsum(s, axis=1)], axis=1)  # cs[i, k] = sum_{j<=k} s_i(j)
-        cm = self.cost
         caps = self.caps
         n0 = num_reqs + self.prefill_tokens
-        if not cm.ready:  # the very first step: nothing measured, draft everything once
-            return np.full(r, self.k_max), self.k_max
         g0 = r / max(float(cm.t_verify(n0, num_reqs)), 1e-9)
         t_draft = cm.t_draft(num_reqs * (caps + 1))  # [C]
         rows = np.arange(r)[None, :]
@@ -357,27 +429,20 @@ class AdaptivePolicy:
             kc = np.minimum(k_free[None, :], caps[:, None])  # [C, r]
             gain = r + cs[rows, kc].sum(axis=1)
             n_tot = n0 + kc.sum(axis=1)
-            g = gain / np.maximum(cm.t_verify(n_tot, num_reqs) + t_draft, 1e-9)
+            g = gain / np.maximum(cm.t_verify(n_tot, num_reqs, n_tot > n0) + t_draft, 1e-9)
             c = int(np.argmax(g))
             if g[c] > best_g:
                 best_g, best_k, best_c = float(g[c]), kc[c], c
             if abs(g[c] - lam) <= 1e-4 * lam:
                 break
             lam, n_est = float(g[c]), float(n_tot[c])
-        budget = self.explore_budget
-        if best_k is not None and best_g > g0 * (1.0 + self.margin) and best_k.any():
-            # A plain step now and then anchors T_v(N0), at most `budget` of the expected goodput.
-            if self.step % max(self.zero_every, int((1.0 - g0 / best_g) / budget)) == 0:
-                return np.zeros(r, dtype=np.int64), 0
-            k = best_k
-            if self.step % self.dither_every == 0:  # +-1 draft now and then: dT_v/dN stays measured
-                k = np.clip(k + (1 if (self.step // self.dither_every) % 2 else -1), 0, self.k_max)
-            if k.any():
-                return k, int(k.max())
-        # Keep measuring acceptance and draft cost: one draft each, as often as `budget` of the
-        # step time allows (a probe that costs 6 plain steps waits ~500 steps).
+        # A probe (while drafting does not pay) drafts as deep as costs at most a quarter of a
+        # plain step more than one draft each: on a device with idle compute that is the whole
+        # block, and one probe then measures every position's acceptance, not only the first.
         t0 = float(cm.t_verify(n0, num_reqs))
-        t_probe = float(cm.t_verify(n0 + r, num_reqs) + cm.t_draft(2 * num_reqs))
-        if self.steps_since_draft + 1 >= max(self.probe_every, int((t_probe / max(t0, 1e-9) - 1.0) / budget)):
-            return np.ones(r, dtype=np.int64), 1
-        return np.zeros(r, dtype=np.int64), 0
+        t_caps = cm.t_verify(n0 + r * caps, num_reqs, True) + t_draft
+        q_probe = int(caps[np.flatnonzero(t_caps <= t_caps[0] + 0.25 * t0)[-1]])
+        i_probe = int(np.searchsorted(caps, q_probe))
+        # What a probe loses against a plain step, in plain steps (its accepted drafts count).
+        loss = float(t_caps[i_probe]) / max(t0, 1e-9) - (r + float(cs[:, q_probe].sum())) / r
+        return best_k, best_g, g0, q_probe, loss

@@ -40,9 +40,14 @@ def _truncated_drafter(tiny_dir, tmp_path):
     [
         ("truncated weights", None, "cannot be read"),
         ("method typo", {"method": "dflsh"}, "did you mean 'dflash'"),
-        ("zero drafts", {"num_speculative_tokens": 0}, "num_speculative_tokens=0"),
-        ("negative drafts", {"num_speculative_tokens": -1}, "num_speculative_tokens=-1"),
-        ("unknown draft sampler", {"draft_sample_method": "probablistic"}, "draft_sample_method='probablistic'"),
+        # Each case starts a server (~15 s); the messages themselves are also covered without
+        # one in tests/unit/test_config_errors.py, so these three run with `-m slow` only.
+        pytest.param("zero drafts", {"num_speculative_tokens": 0}, "num_speculative_tokens=0",
+                     marks=pytest.mark.slow),
+        pytest.param("negative drafts", {"num_speculative_tokens": -1}, "num_speculative_tokens=-1",
+                     marks=pytest.mark.slow),
+        pytest.param("unknown draft sampler", {"draft_sample_method": "probablistic"},
+                     "draft_sample_method='probablistic'", marks=pytest.mark.slow),
     ],
 )
 def test_bad_start_is_one_line_and_exit_2(tiny_dir, tmp_path, case, edit, match):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -15,10 +16,21 @@ pytestmark = pytest.mark.e2e
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+def _sources(dest) -> str:
+    """What a wheel is built from, copied without the checkout's build/ and egg-info: setuptools
+    reuses build/lib, whose leftovers would hide a file the package no longer declares."""
+    dest.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(os.path.join(REPO, name), dest / name)
+    shutil.copytree(os.path.join(REPO, "dflash_vllm"), dest / "dflash_vllm",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    return str(dest)
+
+
 def test_demo_runs_from_a_wheel(tmp_path):
     wheels = tmp_path / "wheels"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                    "-w", str(wheels), REPO], check=True, capture_output=True, timeout=300)
+                    "-w", str(wheels), _sources(tmp_path / "src")], check=True, capture_output=True, timeout=300)
     (wheel,) = wheels.glob("dflash_vllm-*.whl")
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)

@@ -34,6 +34,7 @@ def test_plugin_sets_it_when_vllm_ops_load():
     assert out.stdout.split()[-2:] == ["None", str(cpu_onednn_cache.CAPACITY)], out.stdout
 
 
+@pytest.mark.slow  # ~1 min; bench/onednn_cache.py is the full-size reproduction
 def test_bounded_cache_holds_less_memory():
     """The reproduction at small scale: oneDNN's default cache keeps growing with distinct
     batch sizes; at the add-on's capacity the same load holds far less."""
