@@ -312,20 +312,42 @@ class AdaptivePolicy:
         self.steps_since_draft = 0
         self.prefill_tokens = 0.0  # EMA of verified tokens that are neither anchors nor drafts
         self._last_t: float | None = None
+        self._gap_mean: float | None = None
         self._last_draft_s = 0.0
         self._last_submitted = 0
 
     # called once per step, at the start of the drafting call
-    def on_step(self, now: float, num_tokens: int, num_reqs: int, last_draft_s: float | None) -> None:
-        """The period since the previous call = drafter forward (measured) + everything else of
-        this step's schedule/verify/sample over num_tokens tokens."""
+    def on_step(self, now: float, num_tokens: int, num_reqs: int, last_draft_s: float | None,
+                step_start: float | None = None, gap: float | None = None) -> None:
+        """This step's time without the drafter forward, over num_tokens verified tokens.
+        With ``step_start`` (the runner's execute_model began) and ``gap`` (from the end of
+        the previous drafting call to that start: output processing and scheduling, or the
+        server sitting idle), as an engine reports them: ``now - step_start`` plus the gap,
+        where a gap above 3x its running mean counts as idle and is replaced by the mean (a
+        single idle gap of seconds, taken for a step, made the cost model believe for hundreds
+        of steps that every verified token costs milliseconds). Without them: the period since
+        the previous call less the drafter forward (measured)."""
         if self.fixed is not None:  # a pinned K needs no cost model: keep its steps cheap
             self.step += 1
             return
         if last_draft_s is not None:
             self._last_draft_s = last_draft_s
-        if self._last_t is not None:
+        if step_start is not None:
+            rest = now - step_start
+            if gap is not None and gap >= 0:
+                g = self._gap_mean
+                if g is None and gap > rest:  # the first gap may be idle too: wait for a short one
+                    pass
+                elif g is None or gap <= 3.0 * g:
+                    self._gap_mean = gap if g is None else 0.9 * g + 0.1 * gap
+                    rest += gap
+                else:
+                    rest += g
+        elif self._last_t is not None:
             rest = now - self._last_t - self._last_draft_s
+        else:
+            rest = None
+        if rest is not None:
             cm = self.cost
             if rest > 0:
                 if cm.verify.n >= 8:

@@ -113,7 +113,8 @@ PATCHES: tuple[Patch, ...] = (
         "adaptive-runner-hooks", "vllm.v1.worker.gpu_model_runner:GPUModelRunner.take_draft_token_ids",
         "per runner instance, only with the adaptive policy or a K pin on: take_draft_token_ids "
         "wrapped to cut each request's draft list to its chosen length, _bookkeeping_sync wrapped "
-        "to observe what was verified (proposers/dflash.py)",
+        "to observe what was verified, execute_model wrapped to stamp the step's start (the "
+        "policy's step clock) (proposers/dflash.py)",
         "per-request draft lengths reach vLLM 0.32's scheduler only as the lists "
         "take_draft_token_ids returns",
         "0.32", "when vLLM's V1 runner takes per-request draft lengths from the proposer",

@@ -103,6 +103,15 @@ class DFlashProposer(SpecDecodeBaseProposer):
         take = runner.take_draft_token_ids
         runner.take_draft_token_ids = lambda: self._submit(take())
         self._planned_q: int | None = None
+        self._step_start: float | None = None
+        self._call_end: float | None = None  # the previous drafting call ended
+        execute = runner.execute_model
+
+        def execute_model(*args, **kwargs):  # the step's start: the policy's clock
+            self._step_start = time.perf_counter()
+            return execute(*args, **kwargs)
+
+        runner.execute_model = execute_model
         propose_ids = runner.propose_draft_token_ids  # bound: the class-level timers stay inside
         runner.propose_draft_token_ids = lambda *a: self._plan_then_propose(propose_ids, *a)
         if _plain_steps_patchable(runner):
@@ -167,17 +176,23 @@ class DFlashProposer(SpecDecodeBaseProposer):
                 self._write_context(features, runner._get_positions(n), common_attn_metadata.slot_mapping, n,
                                     defer=True)
                 self.num_skipped_forwards += 1
+                self._call_end = time.perf_counter()
                 # Lists, as vLLM's CPU-side proposers return them: no device tensor to copy back.
                 return [[] for _ in range(num_reqs)]
             self._planned_q = q
-        return propose_ids(scheduler_output, sampled_token_ids, sampling_metadata, hidden_states,
-                           sample_hidden_states, aux_hidden_states, spec_decode_metadata,
-                           common_attn_metadata, slot_mappings)
+        try:
+            return propose_ids(scheduler_output, sampled_token_ids, sampling_metadata, hidden_states,
+                               sample_hidden_states, aux_hidden_states, spec_decode_metadata,
+                               common_attn_metadata, slot_mappings)
+        finally:  # on CUDA the host clock sees launches only: the gap then holds the forward's tail
+            self._call_end = time.perf_counter()
 
     def _plan(self, num_reqs: int, num_tokens: int, k_max: int, sampling_metadata) -> int:
         runner = self._runner
         now = time.perf_counter()
-        self.policy.on_step(now, num_tokens, num_reqs, self._resolve_draft_time())
+        step_start, self._step_start = self._step_start, None
+        gap = step_start - self._call_end if step_start is not None and self._call_end is not None else None
+        self.policy.on_step(now, num_tokens, num_reqs, self._resolve_draft_time(), step_start=step_start, gap=gap)
         req_ids = runner.input_batch.req_ids[:num_reqs]
         is_decode = ~runner.discard_request_mask.np[:num_reqs].astype(bool)  # partial prefills draft nothing
         seeded = None

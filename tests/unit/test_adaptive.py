@@ -253,3 +253,19 @@ def test_follows_a_change_of_workload(r):
                           warm=0, life=4)
     print(f"tasks after chat, c={r}: adaptive {ours:.0f} tok/s, fixed K=15 {best:.0f}")
     assert ours >= 0.9 * best
+
+
+def test_idle_time_between_steps_is_not_step_time():
+    """The engine reports each step's start and the gap since the previous drafting call: a
+    server that sat idle for seconds (between benchmark cells, between bursts of traffic) must
+    not teach the cost model that a step costs seconds."""
+    p = AdaptivePolicy(15)
+    t, n = 0.0, 1
+    for step in range(60):
+        start = t + (5.0 if step in (3, 40) else 0.001)  # idle twice, once before much is known
+        now = start + 0.010
+        p.on_step(now, n, 1, None, step_start=start, gap=start - t)
+        k, _ = p.plan(["a"], np.ones(1, dtype=bool))
+        n = 1 + int(k.sum())
+        t = now
+    assert float(p.cost.t_verify(1, 1)) == pytest.approx(0.011, rel=0.25)
