@@ -18,8 +18,8 @@ The model (everything is learned online, on the host, from what vLLM already bri
   step on CPU); ``T_d`` the drafter forward over ``R (q + 1)`` block tokens, R the batch size
   and ``q = max_i k_i``; ``N0`` the tokens verified without any draft (one per request plus the
   prefill running alongside). Both are ridge regressions with exponential forgetting, fitted to
-  the engine's own step times (the wall-clock period between successive drafting calls, and
-  the drafter forward itself).
+  the engine's own step times (from the runner's execute_model to the drafting call, plus the
+  gap since the previous drafting call unless the server sat idle; and the drafter forward).
 - policy: maximise expected goodput ``G(k) = sum_i E_i(k_i) / T(k)``, with
   ``E_i(k) = 1 + sum_{j <= k} s_i(j)`` expected tokens emitted. For a cap q on k_i the optimum
   submits draft j of request i iff ``s_i(j) >= G* dT_v/dN`` (s_i is decreasing in j, so that is
@@ -312,27 +312,21 @@ class AdaptivePolicy:
         self.step = 0
         self.steps_since_draft = 0
         self.prefill_tokens = 0.0  # EMA of verified tokens that are neither anchors nor drafts
-        self._last_t: float | None = None
         self._gap_mean: float | None = None
-        self._last_draft_s = 0.0
         self._last_submitted = 0
 
     # called once per step, at the start of the drafting call
-    def on_step(self, now: float, num_tokens: int, num_reqs: int, last_draft_s: float | None,
-                step_start: float | None = None, gap: float | None = None) -> None:
-        """This step's time without the drafter forward, over num_tokens verified tokens.
-        With ``step_start`` (the runner's execute_model began) and ``gap`` (from the end of
-        the previous drafting call to that start: output processing and scheduling, or the
-        server sitting idle), as an engine reports them: ``now - step_start`` plus the gap,
-        where a gap above 3x its running mean counts as idle and is replaced by the mean (a
-        single idle gap of seconds, taken for a step, made the cost model believe for hundreds
-        of steps that every verified token costs milliseconds). Without them: the period since
-        the previous call less the drafter forward (measured)."""
+    def on_step(self, now: float, num_tokens: int, num_reqs: int, step_start: float | None,
+                gap: float | None = None) -> None:
+        """This step's time without the drafter forward, over num_tokens verified tokens:
+        ``now - step_start`` (the runner's execute_model began at step_start) plus ``gap``,
+        the time from the end of the previous drafting call to step_start (output processing
+        and scheduling, or the server sitting idle). A gap above 3x its running mean counts as
+        idle and is replaced by the mean: a single idle gap of seconds, taken for a step, made
+        the cost model believe for hundreds of steps that every verified token costs milliseconds."""
         if self.fixed is not None:  # a pinned K needs no cost model: keep its steps cheap
             self.step += 1
             return
-        if last_draft_s is not None:
-            self._last_draft_s = last_draft_s
         if step_start is not None:
             rest = now - step_start
             if gap is not None and gap >= 0:
@@ -344,22 +338,15 @@ class AdaptivePolicy:
                     rest += gap
                 else:
                     rest += g
-        elif self._last_t is not None:
-            rest = now - self._last_t - self._last_draft_s
-        else:
-            rest = None
-        if rest is not None:
             cm = self.cost
+            drafted = self._last_submitted > 0
             if rest > 0:
                 if cm.verify.n >= 8:
-                    # Clipped, not dropped: an idle gap before this step counts as a slow step
-                    # only up to `outlier` times the prediction, while a real jump in load (the
-                    # model still thinks N is free) is followed within a few steps.
-                    rest = min(rest, self.outlier * max(float(cm.t_verify(num_tokens, num_reqs,
-                                                                          self._last_submitted > 0)), 1e-6))
-                cm.observe_step(rest, num_tokens, num_reqs, drafted=self._last_submitted > 0)
-        self._last_t = now
-        self._last_draft_s = 0.0
+                    # Clipped, not dropped: a stall inside the step (a GC pause) counts only up
+                    # to `outlier` times the prediction, while a real jump in load (the model
+                    # still thinks N is free) is followed within a few steps.
+                    rest = min(rest, self.outlier * max(float(cm.t_verify(num_tokens, num_reqs, drafted)), 1e-6))
+                cm.observe_step(rest, num_tokens, num_reqs, drafted=drafted)
         extra = max(0, num_tokens - num_reqs - self._last_submitted)
         self.prefill_tokens = 0.8 * self.prefill_tokens + 0.2 * extra
         self.step += 1

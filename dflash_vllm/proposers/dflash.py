@@ -79,7 +79,6 @@ class DFlashProposer(SpecDecodeBaseProposer):
         self._ctx_pending: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
         self._ctx_pending_tokens = 0
         self._draft_timing: tuple | None = None
-        self._flush_s = 0.0  # deferred context writes flushed this step (CPU seconds)
         self._runner = runner
         # Per-request lengths reach the scheduler only as the lists that take_draft_token_ids
         # hands it (synchronous scheduling). Under async scheduling vLLM schedules K
@@ -171,7 +170,6 @@ class DFlashProposer(SpecDecodeBaseProposer):
             # Under async scheduling the skipped preparation would also feed the next step's
             # input corrections; there K is fixed anyway (the policy is off).
             if (q == 0 and aux_hidden_states is not None and runner.valid_sampled_token_count_event is None):
-                self._flush_s = 0.0
                 features = torch.cat([h[:n] for h in aux_hidden_states], dim=-1)
                 self._write_context(features, runner._get_positions(n), common_attn_metadata.slot_mapping, n,
                                     defer=True)
@@ -192,7 +190,8 @@ class DFlashProposer(SpecDecodeBaseProposer):
         now = time.perf_counter()
         step_start, self._step_start = self._step_start, None
         gap = step_start - self._call_end if step_start is not None and self._call_end is not None else None
-        self.policy.on_step(now, num_tokens, num_reqs, self._resolve_draft_time(), step_start=step_start, gap=gap)
+        self._observe_draft_time()
+        self.policy.on_step(now, num_tokens, num_reqs, step_start, gap)
         req_ids = runner.input_batch.req_ids[:num_reqs]
         is_decode = ~runner.discard_request_mask.np[:num_reqs].astype(bool)  # partial prefills draft nothing
         seeded = None
@@ -210,22 +209,21 @@ class DFlashProposer(SpecDecodeBaseProposer):
             metrics.observe_draft_lengths(lengths)
         return q
 
-    def _resolve_draft_time(self) -> float | None:
+    def _observe_draft_time(self) -> None:
+        """The previous step's drafter forward, for T_d. (The deferred context writes flushed
+        before it are timed by neither T_d nor T_v: every verified token's K/V is written once,
+        drafted or not, so they are no cost of the plan.)"""
         t, self._draft_timing = self._draft_timing, None
         if t is None:
-            return None
-        kind, a, b, block_tokens, flush_s = t
+            return
+        kind, a, b, block_tokens = t
         if kind == "cuda":
             if not b.query():  # never wait: drop the sample
-                return None
+                return
             seconds = a.elapsed_time(b) / 1e3
         else:
             seconds = b - a
         self.policy.on_draft_time(seconds, block_tokens)
-        # The deferred context writes flushed before this forward are not a cost of the plan:
-        # every verified token's K/V is written once, drafted or not. Left in the period, they
-        # would land on T_v of the steps that resume drafting and make drafts look expensive.
-        return seconds + flush_s
 
     def _write_context(self, features, positions, slot_mapping, num_tokens: int, defer: bool) -> None:
         """Context K/V of the tokens the target just ran. Deferred on steps that skip the drafter
@@ -243,7 +241,6 @@ class DFlashProposer(SpecDecodeBaseProposer):
             self._ctx_pending_tokens += num_tokens
             return
         features, positions, slot_mapping = features[:num_tokens], positions[:num_tokens], slot_mapping[:num_tokens]
-        t0 = time.perf_counter() if pending else None
         if pending:
             pending.append((features, positions, slot_mapping))
             features = torch.cat([x[0] for x in pending])
@@ -252,8 +249,6 @@ class DFlashProposer(SpecDecodeBaseProposer):
             pending.clear()
             self._ctx_pending_tokens = 0
         self.model.write_context_kv(features, positions, slot_mapping)
-        if t0 is not None and features.device.type == "cpu":  # a GPU host clock sees only launches
-            self._flush_s = time.perf_counter() - t0
 
     # -- loading --------------------------------------------------------------------------
     def load_model(self, target_model: torch.nn.Module) -> None:
@@ -297,7 +292,6 @@ class DFlashProposer(SpecDecodeBaseProposer):
                 k = self._plan(num_reqs, num_tokens, num_speculative_tokens, sampling_metadata)
         # Every verified token's context K/V is written before any later block reads it; on a
         # step without a drafter forward the write is deferred and batched with later ones.
-        self._flush_s = 0.0
         self._write_context(target_hidden_states, target_positions, cad.slot_mapping, num_tokens, defer=k == 0)
         if k == 0:  # every request submits 0 drafts: no drafter forward this step
             self.num_skipped_forwards += 1
@@ -344,9 +338,9 @@ class DFlashProposer(SpecDecodeBaseProposer):
         if cuda:  # read back at the next step, when it has long completed: no sync
             t_end = torch.cuda.Event(enable_timing=True)
             t_end.record()
-            self._draft_timing = ("cuda", t_start, t_end, num_reqs * q_len, 0.0)
+            self._draft_timing = ("cuda", t_start, t_end, num_reqs * q_len)
         else:
-            self._draft_timing = ("cpu", t_start, time.perf_counter(), num_reqs * q_len, self._flush_s)
+            self._draft_timing = ("cpu", t_start, time.perf_counter(), num_reqs * q_len)
         return draft_ids.view(num_reqs, k)
 
     def _sample_draft_tokens(self, hidden_states: torch.Tensor, sampling_metadata):

@@ -66,11 +66,12 @@ def _closed_loop(policy, r, accepted, t_verify, t_draft, steps, warm, seed=0, li
     t, emitted, d_prev, t0 = 0.0, 0, None, 0.0
     for step in range(steps):
         n = r + int(k_prev.sum())
+        step_start = t
         t += t_verify(n, r)
         a = accepted(rng, k_prev)
         if step > warm:
             emitted += int(r + a.sum())
-        policy.on_step(t, n, r, d_prev)
+        policy.on_step(t, n, r, step_start)
         drafted = k_prev > 0
         policy.acceptance.observe([ids[i] for i in np.flatnonzero(drafted)], k_prev[drafted], a[drafted])
         if life and step % life == 0:
@@ -171,7 +172,6 @@ def test_follows_a_jump_in_load():
     td = lambda d: 0.001 + 4e-5 * d  # noqa: E731
     p = AdaptivePolicy(15)
     before = _simulate(p, np.array([0.85]), tv, td, steps=300)
-    p._last_t = None  # the simulated clock restarts
     ours = _simulate(p, np.full(64, 0.85), tv, td)
     none = _simulate(AdaptivePolicy(15, fixed=[0]), np.full(64, 0.85), tv, td)
     before_none = _simulate(AdaptivePolicy(15, fixed=[0]), np.array([0.85]), tv, td, steps=300)
@@ -247,7 +247,6 @@ def test_follows_a_change_of_workload(r):
     steps = 260 if r == 1 else 60  # a cell of 64 short requests (~4 verify steps each)
     p = AdaptivePolicy(15)
     _simulate_hist(p, DEMO_HIST["chat"], r, tv, td, steps=1500, life=4)
-    p._last_t = None  # the simulated clock restarts
     ours = _simulate_hist(p, DEMO_HIST["tasks"], r, tv, td, steps=steps, seed=1, warm=0, life=4)
     best = _simulate_hist(AdaptivePolicy(15, fixed=[15]), DEMO_HIST["tasks"], r, tv, td, steps=steps, seed=1,
                           warm=0, life=4)
@@ -264,7 +263,7 @@ def test_idle_time_between_steps_is_not_step_time():
     for step in range(60):
         start = t + (5.0 if step in (3, 40) else 0.001)  # idle twice, once before much is known
         now = start + 0.010
-        p.on_step(now, n, 1, None, step_start=start, gap=start - t)
+        p.on_step(now, n, 1, start, gap=start - t)
         k, _ = p.plan(["a"], np.ones(1, dtype=bool))
         n = 1 + int(k.sum())
         t = now
