@@ -43,8 +43,8 @@ def main(argv=None):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from dflash_vllm.modeling import DFlashDrafter
-    from dflash_vllm.training.drafter import Recipe, train
+    from dflash_vllm.torch_drafter import DFlashDrafter
+    from dflash_vllm.training.trainer import Recipe, train
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=500)

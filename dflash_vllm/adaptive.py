@@ -256,14 +256,13 @@ class CostModel:
         return np.stack([np.ones_like(n), n / s, *(np.maximum(n - kn, 0) / s for kn in self.KNOTS),
                          np.broadcast_to(np.asarray(drafted, dtype=np.float64), n.shape)], -1)
 
-    def observe_step(self, seconds_without_draft: float, num_tokens: int, num_reqs: int,
-                     drafted: bool = False) -> None:
+    def observe_step(self, seconds_without_draft: float, num_tokens: int, drafted: bool = False) -> None:
         self.verify.observe(self._phi(num_tokens, drafted), seconds_without_draft)
 
     def observe_draft(self, seconds: float, block_tokens: int) -> None:
         self.draft.observe(np.array([1.0, block_tokens / self.SCALE]), seconds)
 
-    def t_verify(self, n, r=None, drafted=False):
+    def t_verify(self, n, drafted=False):
         th = self.verify.theta()
         s = self.SCALE
         t = th[0] + th[1] * (n / s)
@@ -345,8 +344,8 @@ class AdaptivePolicy:
                     # Clipped, not dropped: a stall inside the step (a GC pause) counts only up
                     # to `outlier` times the prediction, while a real jump in load (the model
                     # still thinks N is free) is followed within a few steps.
-                    rest = min(rest, self.outlier * max(float(cm.t_verify(num_tokens, num_reqs, drafted)), 1e-6))
-                cm.observe_step(rest, num_tokens, num_reqs, drafted=drafted)
+                    rest = min(rest, self.outlier * max(float(cm.t_verify(num_tokens, drafted)), 1e-6))
+                cm.observe_step(rest, num_tokens, drafted=drafted)
         extra = max(0, num_tokens - num_reqs - self._last_submitted)
         self.prefill_tokens = 0.8 * self.prefill_tokens + 0.2 * extra
         self.step += 1
@@ -428,7 +427,7 @@ class AdaptivePolicy:
         cs = np.concatenate([np.zeros((r, 1)), np.cumsum(s, axis=1)], axis=1)  # cs[i, k] = sum_{j<=k} s_i(j)
         caps = self.caps
         n0 = num_reqs + self.prefill_tokens
-        g0 = r / max(float(cm.t_verify(n0, num_reqs)), 1e-9)
+        g0 = r / max(float(cm.t_verify(n0)), 1e-9)
         t_draft = cm.t_draft(num_reqs * (caps + 1))  # [C]
         rows = np.arange(r)[None, :]
         lam, n_est = g0, n0 + self._last_submitted
@@ -439,7 +438,7 @@ class AdaptivePolicy:
             kc = np.minimum(k_free[None, :], caps[:, None])  # [C, r]
             gain = r + cs[rows, kc].sum(axis=1)
             n_tot = n0 + kc.sum(axis=1)
-            g = gain / np.maximum(cm.t_verify(n_tot, num_reqs, n_tot > n0) + t_draft, 1e-9)
+            g = gain / np.maximum(cm.t_verify(n_tot, n_tot > n0) + t_draft, 1e-9)
             c = int(np.argmax(g))
             if g[c] > best_g:
                 best_g, best_k, best_c = float(g[c]), kc[c], c
@@ -449,8 +448,8 @@ class AdaptivePolicy:
         # A probe (while drafting does not pay) drafts as deep as costs at most a quarter of a
         # plain step more than one draft each: on a device with idle compute that is the whole
         # block, and one probe then measures every position's acceptance, not only the first.
-        t0 = float(cm.t_verify(n0, num_reqs))
-        t_caps = cm.t_verify(n0 + r * caps, num_reqs, True) + t_draft
+        t0 = float(cm.t_verify(n0))
+        t_caps = cm.t_verify(n0 + r * caps, True) + t_draft
         q_probe = int(caps[np.flatnonzero(t_caps <= t_caps[0] + 0.25 * t0)[-1]])
         i_probe = int(np.searchsorted(caps, q_probe))
         # What a probe loses against a plain step, in plain steps (its accepted drafts count).

@@ -18,7 +18,7 @@ import sys
 COMMANDS = {
     "serve": None,
     "regen": "dflash_vllm.training.regen:main",
-    "train": "dflash_vllm.training.drafter:main",
+    "train": "dflash_vllm.training.trainer:main",
     "make-target": "dflash_vllm.training.target:main",
     "smollm2": "dflash_vllm.smollm2:main",
     "demo": "dflash_vllm.demo:main",

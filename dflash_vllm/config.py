@@ -291,13 +291,13 @@ def check_drafter_weights(drafter: DrafterConfig) -> None:
     """Open every weights file of the drafter (headers only: no tensor is read) and check the
     tensors against ``config.json``: a truncated, empty or garbled file, a missing tensor or a
     shape the config does not predict fails here in one line, not ~1 minute later inside the
-    engine. The expected layout is the PyTorch drafter's (``modeling.py``), built on the meta
+    engine. The expected layout is the PyTorch drafter's (``torch_drafter.py``), built on the meta
     device, so this check and the checkpoint writer cannot drift apart."""
     import torch
     from safetensors import SafetensorError, safe_open
 
     from .checkpoint import drafter_tensor_name, refuse_unservable_variant
-    from .modeling import DFlashDrafter
+    from .torch_drafter import DFlashDrafter
 
     path = drafter.path
     refuse_unservable_variant(drafter.variant, f"drafter config {path}/config.json")

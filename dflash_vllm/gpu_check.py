@@ -45,9 +45,8 @@ ALPHA = 0.01
 # -- one engine, in this process (the worker side) ---------------------------------------------
 def _engine_main(job_path: str, out_path: str) -> None:
     from vllm import LLM
-    from vllm.inputs import TokensPrompt
 
-    from .harness import sampling_params
+    from .driver import count_preemptions, drive
     from .runner_choice import describe_spec_decode
 
     with open(job_path) as f:
@@ -62,49 +61,18 @@ def _engine_main(job_path: str, out_path: str) -> None:
     llm = LLM(model=job["model"], speculative_config=spec, **engine_kwargs)
     out = {"startup_s": time.perf_counter() - t0, "built": llm.collective_rpc(describe_spec_decode), "phases": []}
     engine = llm.llm_engine
-    counter = [0]
-    try:  # preemptions, with the engine core in this process
-        scheduler = engine.engine_core.engine_core.scheduler
-        original = scheduler._preempt_request
-
-        def preempt(*a, **k):
-            counter[0] += 1
-            return original(*a, **k)
-
-        scheduler._preempt_request = preempt
-    except AttributeError:
-        counter = None
+    counter = count_preemptions(engine)
     for phase in job["phases"]:
-        reqs = phase["requests"]
-        conc = phase.get("concurrency")  # closed loop: at most `conc` requests in flight
-        pending = sorted(range(len(reqs)), key=lambda i: reqs[i].get("arrive_step", 0))
-        results: dict[int, dict] = {}
-        in_flight: set[int] = set()
-        step, tokens, t_start = 0, 0, time.perf_counter()
-        while len(results) < len(reqs):
-            while pending and reqs[pending[0]].get("arrive_step", 0) <= step and (conc is None or len(in_flight) < conc):
-                i = pending.pop(0)
-                engine.add_request(f"{phase['name']}-{i}", TokensPrompt(prompt_token_ids=reqs[i]["prompt_token_ids"]),
-                                   sampling_params(reqs[i]))
-                in_flight.add(i)
-            for o in engine.step():
-                if o.finished:
-                    i = int(o.request_id.rsplit("-", 1)[1])
-                    c = o.outputs[0]
-                    m = getattr(c, "spec_decode_metrics", None)
-                    results[i] = {"token_ids": list(c.token_ids), "finish_reason": c.finish_reason,
-                                  "accepted": sum(m.per_step_accepted) if m is not None else None,
-                                  "verify_steps": len(m.per_step_accepted) if m is not None else None}
-                    tokens += len(c.token_ids)
-                    in_flight.discard(i)
-            step += 1
-            if step > 200_000:
-                raise RuntimeError("gpu_check: the workload did not finish")
-        seconds = time.perf_counter() - t_start
-        out["phases"].append({"name": phase["name"], "seconds": seconds, "output_tokens": tokens,
-                              "outputs": [results[i] for i in range(len(reqs))] if phase.get("keep_outputs", True) else None,
-                              "accepted": sum(r["accepted"] or 0 for r in results.values()),
-                              "verify_steps": sum(r["verify_steps"] or 0 for r in results.values())})
+        run = drive(engine, phase["requests"], concurrency=phase.get("concurrency"), id_prefix=f"{phase['name']}-",
+                    max_steps=200_000)  # closed loop when the phase names a concurrency
+        outputs = [{"token_ids": o["token_ids"], "finish_reason": o["finish_reason"],
+                    "accepted": sum(o["accepted_per_step"]) if spec else None,
+                    "verify_steps": len(o["accepted_per_step"]) if spec else None} for o in run["outputs"]]
+        out["phases"].append({"name": phase["name"], "seconds": run["wall_s"],
+                              "output_tokens": sum(len(o["token_ids"]) for o in outputs),
+                              "outputs": outputs if phase.get("keep_outputs", True) else None,
+                              "accepted": sum(o["accepted"] or 0 for o in outputs),
+                              "verify_steps": sum(o["verify_steps"] or 0 for o in outputs)})
     out["num_preemptions"] = counter[0] if counter is not None else None
     engine.engine_core.shutdown()
     with open(out_path, "w") as f:

@@ -3,8 +3,9 @@
 Tests and benchmarks describe a job as JSON; ``run_job_subprocess`` starts
 ``python -m dflash_vllm.harness`` (a fresh process: one engine at a time, nothing leaks
 between engines, and ``DFLASH_VLLM_NATIVE`` selects ours or vLLM's DFlash) and returns:
-per request the output token ids, finish reason and vLLM's own per-step accepted-draft
-counts; per step the wall time, batch size and tokens emitted.
+what `driver.drive` reports (per request the output token ids, finish reason and vLLM's own
+per-step accepted-draft counts; per step the wall time, requests in flight and tokens emitted)
+plus the engine's start-up time, preemptions, executor and tensor-parallel shards.
 
 Job keys: model, speculative_config (or null), native (bool), engine (extra LLM kwargs),
 requests: [{prompt_token_ids, max_tokens, temperature?, top_p?, top_k?, seed?,
@@ -20,21 +21,11 @@ import sys
 import tempfile
 import time
 
-
-def sampling_params(r: dict):
-    """A job request's SamplingParams (token ids in and out; EOS ignored unless the request says)."""
-    from vllm import SamplingParams
-
-    return SamplingParams(
-        max_tokens=r["max_tokens"], temperature=r.get("temperature", 0.0), top_p=r.get("top_p", 1.0),
-        top_k=r.get("top_k", 0), seed=r.get("seed"), stop_token_ids=r.get("stop_token_ids"),
-        ignore_eos=r.get("ignore_eos", True), detokenize=False, logprobs=r.get("logprobs"),
-    )
+from .driver import count_preemptions, drive, install_step_timers
 
 
 def run_job(job: dict) -> dict:
     from vllm import LLM
-    from vllm.inputs import TokensPrompt
 
     engine_kwargs = dict(
         dtype="float32", gpu_memory_utilization=0.3, max_model_len=1024, enforce_eager=True, seed=0,
@@ -46,51 +37,14 @@ def run_job(job: dict) -> dict:
         engine_kwargs["per_request_spec_decode_metrics"] = "detailed"
     for module in job.get("preload", []):  # e.g. a test's deliberately broken sampler
         __import__(module)
-    timers = _install_step_timers() if job.get("profile") else None
+    timers = install_step_timers() if job.get("profile") else None
     t_start = time.perf_counter()
     llm = LLM(model=job["model"], speculative_config=spec, **engine_kwargs)
     startup_s = time.perf_counter() - t_start
     engine = llm.llm_engine
-    preemptions = _count_preemptions(engine)
-    reqs = job["requests"]
-    pending = sorted(range(len(reqs)), key=lambda i: reqs[i].get("arrive_step", 0))
-    results: dict[int, dict] = {}
-    steps: list[dict] = []
-    step = 0
-    emitted: dict[int, int] = {}
-    while len(results) < len(reqs):
-        while pending and reqs[pending[0]].get("arrive_step", 0) <= step:
-            i = pending.pop(0)
-            r = reqs[i]
-            engine.add_request(str(i), TokensPrompt(prompt_token_ids=r["prompt_token_ids"]), sampling_params(r))
-            emitted[i] = 0
-        if timers is not None:
-            timers.clear()
-        t0 = time.perf_counter()
-        outs = engine.step()
-        dt = time.perf_counter() - t0
-        n_unfinished = sum(1 for i in emitted if i not in results)
-        new_tokens = 0
-        for o in outs:
-            i = int(o.request_id)
-            c = o.outputs[0]
-            new_tokens += len(c.token_ids) - emitted.get(i, 0)
-            emitted[i] = len(c.token_ids)
-            if o.finished:
-                m = getattr(c, "spec_decode_metrics", None)
-                results[i] = {
-                    "token_ids": list(c.token_ids),
-                    "finish_reason": c.finish_reason,
-                    "accepted_per_step": list(m.per_step_accepted) if m is not None else None,
-                    "drafted_per_step": list(m.per_step_drafted) if m is not None else None,
-                    "logprobs": None if c.logprobs is None else [
-                        float(lp[t].logprob) for lp, t in zip(c.logprobs, c.token_ids)],
-                }
-        steps.append({"seconds": dt, "num_unfinished": n_unfinished, "new_tokens": new_tokens, **(dict(timers) if timers else {})})
-        step += 1
-        if step > 100_000:
-            raise RuntimeError("harness: the workload did not finish")
-    out = {"outputs": [results[i] for i in range(len(reqs))], "steps": steps, "startup_seconds": startup_s,
+    preemptions = count_preemptions(engine)
+    run = drive(engine, job["requests"], timers=timers)
+    out = {**run, "startup_seconds": startup_s,
            "num_preemptions": preemptions[0] if preemptions is not None else None,
            "executor": _executor_name(engine), "shards": llm.collective_rpc(_qkv_shards)}
     engine.engine_core.shutdown()  # now, while Ray (if used) is still up; not in interpreter teardown
@@ -115,57 +69,6 @@ def _qkv_shards(worker) -> dict:
 
     runner = worker.model_runner
     return {"target_qkv": width(runner.model), "drafter_qkv": width(getattr(getattr(runner, "drafter", None), "model", None))}
-
-
-def _install_step_timers(sync: bool = False) -> dict:
-    """Split each engine step into target forward / draft / the rest (engine core in-process).
-
-    verify_s: GPUModelRunner.execute_model (the target forward over the verified block);
-    draft_s: propose_draft_token_ids (whichever proposer: ours or native);
-    sample_s: sample_tokens minus draft_s (sampling, rejection sampling, bookkeeping).
-    With `sync` (CUDA), each timed call ends with a device synchronize, so the split is the
-    device time of each phase; that serialises what async scheduling would overlap.
-    """
-    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
-
-    acc: dict[str, float] = {}
-    if sync:
-        import torch
-
-        sync = torch.cuda.is_available()
-
-    def timed(name, fn):
-        def wrapper(*args, **kwargs):
-            t = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                if sync:
-                    torch.cuda.synchronize()
-                acc[name] = acc.get(name, 0.0) + time.perf_counter() - t
-        return wrapper
-
-    GPUModelRunner.execute_model = timed("verify_s", GPUModelRunner.execute_model)
-    GPUModelRunner.sample_tokens = timed("sample_and_draft_s", GPUModelRunner.sample_tokens)
-    GPUModelRunner.propose_draft_token_ids = timed("draft_s", GPUModelRunner.propose_draft_token_ids)
-    return acc
-
-
-def _count_preemptions(engine) -> list[int] | None:
-    """With the engine core in this process, count the scheduler's preemptions."""
-    try:
-        scheduler = engine.engine_core.engine_core.scheduler
-    except AttributeError:
-        return None
-    counter = [0]
-    original = scheduler._preempt_request
-
-    def preempt(*args, **kwargs):
-        counter[0] += 1
-        return original(*args, **kwargs)
-
-    scheduler._preempt_request = preempt
-    return counter
 
 
 def run_job_subprocess(job: dict, timeout: float = 900, env: dict | None = None) -> dict:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import torch
 
 from . import acceptance
-from .modeling import DFlashDrafter, target_layer_outputs
+from .torch_drafter import DFlashDrafter, target_layer_outputs
 
 
 def sampling_probs(logits: torch.Tensor, temperature: float, top_p: float = 1.0, top_k: int = 0) -> torch.Tensor:

@@ -8,7 +8,7 @@ import os
 import torch
 
 from .config import DrafterConfig
-from .modeling import DFlashDrafter
+from .torch_drafter import DFlashDrafter
 
 
 def make_tiny_target(path: str, *, vocab_size: int = 512, hidden_size: int = 128, num_layers: int = 4,
@@ -88,7 +88,7 @@ def make_selfdistilled_data(target_path: str, out_jsonl: str, *, num_seqs: int =
 
 def make_trained_tiny_drafter(target_path: str, out_dir: str, *, steps: int = 300, seed: int = 0) -> str:
     """A drafter trained briefly on the tiny target's own outputs: acceptance neither zero nor full."""
-    from .training.drafter import Recipe, train
+    from .training.trainer import Recipe, train
 
     if os.path.exists(os.path.join(out_dir, "config.json")):
         return out_dir

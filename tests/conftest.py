@@ -20,7 +20,7 @@ def tiny_dir(tmp_path_factory):
 def tiny_models(tiny_dir):
     from transformers import AutoModelForCausalLM
 
-    from dflash_vllm.modeling import DFlashDrafter
+    from dflash_vllm.torch_drafter import DFlashDrafter
 
     target = AutoModelForCausalLM.from_pretrained(str(tiny_dir / "target"), torch_dtype=torch.float32).eval()
     drafter = DFlashDrafter.from_pretrained(str(tiny_dir / "drafter")).eval()

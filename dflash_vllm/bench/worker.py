@@ -3,11 +3,11 @@
 The driver (`dflash_vllm.bench.runner`) starts one worker per method and keeps them all alive,
 so cells can be interleaved across methods (machine noise hits all alike) while each engine is
 started and warmed once. The engine core runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0)
-so that the step timers below see the model runner.
+so that the step timers (`driver.install_step_timers`) see the model runner.
 
 Protocol: one JSON object per line on stdin (a command), one per line on the private result
 channel (the original stdout; the library's prints are sent to stderr). Commands:
-  {"cmd": "run", "requests": [...], "concurrency": c}  -> a closed-loop run, see `closed_loop`
+  {"cmd": "run", "requests": [...], "concurrency": c}  -> a closed-loop run (`driver.drive`)
   {"cmd": "memory"}                                     -> drafter weights and KV bytes
   {"cmd": "quit"}
 """
@@ -18,66 +18,6 @@ import json
 import os
 import sys
 import time
-
-
-def closed_loop(engine, requests: list[dict], concurrency: int, timers: dict | None) -> dict:
-    """Keep `concurrency` requests in flight until all are done (a new one joins as soon as one
-    finishes). Times are wall-clock around `engine.step()`, the way a streaming client sees
-    them, minus HTTP: TTFT = first output after the request was added; ITL = gap between
-    successive outputs of a request (a speculative step can deliver several tokens at once,
-    as a streamed chunk does)."""
-    from vllm.inputs import TokensPrompt
-
-    from ..harness import sampling_params
-
-    todo = list(range(len(requests)))
-    todo.reverse()
-    inflight: set[int] = set()
-    added, first, last, n_out = {}, {}, {}, {}
-    itl: list[float] = []
-    out: dict[int, dict] = {}
-    steps: list[dict] = []
-    t_begin = time.perf_counter()
-    while len(out) < len(requests):
-        while todo and len(inflight) < concurrency:
-            i = todo.pop()
-            r = requests[i]
-            engine.add_request(str(i), TokensPrompt(prompt_token_ids=r["prompt_token_ids"]), sampling_params(r))
-            inflight.add(i)
-            added[i], n_out[i] = time.perf_counter(), 0
-        running = len(inflight)
-        if timers is not None:
-            timers.clear()
-        t0 = time.perf_counter()
-        outs = engine.step()
-        t1 = time.perf_counter()
-        new_tokens = 0
-        for o in outs:
-            i = int(o.request_id)
-            c = o.outputs[0]
-            k = len(c.token_ids) - n_out[i]
-            if k > 0:
-                if i not in first:
-                    first[i] = t1
-                else:
-                    itl.append(t1 - last[i])
-                last[i], n_out[i] = t1, len(c.token_ids)
-                new_tokens += k
-            if o.finished:
-                m = getattr(c, "spec_decode_metrics", None)
-                inflight.discard(i)
-                out[i] = {
-                    "token_ids": list(c.token_ids),
-                    "ttft_s": first.get(i, t1) - added[i],
-                    "e2e_s": t1 - added[i],
-                    "accepted_per_step": list(m.per_step_accepted) if m is not None else [],
-                }
-        step = {"seconds": t1 - t0, "running": running, "new_tokens": new_tokens}
-        if timers:
-            step.update(timers)
-        steps.append(step)
-    return {"wall_s": time.perf_counter() - t_begin, "outputs": [out[i] for i in range(len(requests))],
-            "steps": steps, "itl_s": itl}
 
 
 def memory_report(llm) -> dict:
@@ -117,9 +57,9 @@ def main() -> int:
     from vllm import LLM
 
     from .. import metrics
-    from ..harness import _install_step_timers
+    from ..driver import drive, install_step_timers
 
-    timers = _install_step_timers(sync=cfg.get("sync_timers", False))
+    timers = install_step_timers(sync=cfg.get("sync_timers", False))
     kwargs = dict(cfg["engine"])
     if cfg.get("speculative_config"):
         kwargs["speculative_config"] = cfg["speculative_config"]
@@ -134,7 +74,7 @@ def main() -> int:
         try:
             if cmd["cmd"] == "run":
                 before = metrics.read_draft_lengths()
-                res = closed_loop(llm.llm_engine, cmd["requests"], cmd["concurrency"], timers)
+                res = drive(llm.llm_engine, cmd["requests"], concurrency=cmd["concurrency"], timers=timers)
                 after = metrics.read_draft_lengths()
                 if after:  # drafts submitted per request per step (0 included), this run only
                     before = before + [0.0] * (len(after) - len(before))

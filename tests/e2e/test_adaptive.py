@@ -74,7 +74,7 @@ def _identical(out, baseline, what):
 
 def _decode_step_ms(out) -> float:
     """Median time of the steps where 8 requests decode (no arrivals/prefill in the window)."""
-    xs = [s["seconds"] for s in out["steps"] if s["num_unfinished"] == 8 and s["new_tokens"] >= 8]
+    xs = [s["seconds"] for s in out["steps"] if s["running"] == 8 and s["new_tokens"] >= 8]
     return 1e3 * statistics.median(xs) if xs else float("nan")
 
 

@@ -48,7 +48,7 @@ def test_llama_greedy_identical_to_no_speculation(runs):
 def test_llama_accepted_counts_equal_the_reference(runs, llama_pair):
     from transformers import AutoModelForCausalLM
 
-    from dflash_vllm.modeling import DFlashDrafter
+    from dflash_vllm.torch_drafter import DFlashDrafter
     from dflash_vllm.reference import generate
 
     prompts, _, ours = runs

@@ -58,7 +58,7 @@ def oracle_runs(tiny_dir, trained_tiny_drafter, no_last_layer_drafter, prompts):
     import dflash.model as official
     from transformers import AutoModelForCausalLM
 
-    from dflash_vllm.modeling import DFlashDrafter
+    from dflash_vllm.torch_drafter import DFlashDrafter
     from dflash_vllm.reference import generate
 
     target = AutoModelForCausalLM.from_pretrained(str(tiny_dir / "target"), dtype=torch.float32).eval()

@@ -83,6 +83,7 @@ def test_serve_exits_nonzero_when_the_engine_dies(tiny_dir):
     assert "dflash-vllm: error: the engine died" in tail, tail[-2000:]
 
 
+@pytest.mark.slow  # 2+ minutes; the crash it opens with has its own test (test_seeded_chunked_prefill.py)
 def test_short_soak_mixed_load_no_errors_no_mismatches(tmp_path):
     """`dflash-vllm soak` in miniature: greedy/sampled/seeded/streaming/cancelled requests against
     a DFlash and a no-speculation server, opening with the seeded long-prompt burst that used to

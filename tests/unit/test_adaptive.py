@@ -36,11 +36,11 @@ def test_cost_model_fits_piecewise_linear_steps():
     true = lambda n: 0.004 + 2e-6 * n + 2e-5 * max(n - 256, 0)  # noqa: E731  flat, then compute-bound
     for _ in range(400):
         n = int(np.exp(rng.uniform(0, np.log(2000))))  # batches of every size, as a server sees
-        cm.observe_step(true(n) * (1 + 0.02 * rng.standard_normal()), n, min(n, 64))
+        cm.observe_step(true(n) * (1 + 0.02 * rng.standard_normal()), n)
         d = int(rng.integers(16, 1024))
         cm.observe_draft(0.001 + 4e-6 * d, d)
     for n in (10, 200, 600, 1500):
-        assert float(cm.t_verify(n, min(n, 64))) == pytest.approx(true(n), rel=0.15)
+        assert float(cm.t_verify(n)) == pytest.approx(true(n), rel=0.15)
     assert cm.slope_verify(100) < cm.slope_verify(600)
     assert float(cm.t_draft(512)) == pytest.approx(0.001 + 4e-6 * 512, rel=0.05)
 
@@ -267,4 +267,4 @@ def test_idle_time_between_steps_is_not_step_time():
         k, _ = p.plan(["a"], np.ones(1, dtype=bool))
         n = 1 + int(k.sum())
         t = now
-    assert float(p.cost.t_verify(1, 1)) == pytest.approx(0.011, rel=0.25)
+    assert float(p.cost.t_verify(1)) == pytest.approx(0.011, rel=0.25)

@@ -22,7 +22,7 @@ from safetensors.torch import save_file
 import dflash_vllm
 from dflash_vllm.checkpoint import INPUT_FUSION_ARCHITECTURE, rope_of
 from dflash_vllm.config import DFlashConfigError, DrafterConfig, check_drafter_weights, validate_pair
-from dflash_vllm.modeling import DFlashDrafter, rope_cos_sin, scaled_rope
+from dflash_vllm.torch_drafter import DFlashDrafter, rope_cos_sin, scaled_rope
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,4 @@
-"""The vLLM drafter (``models/drafter.py``) against the PyTorch drafter (``modeling.py``, what
+"""The vLLM drafter (``models/drafter.py``) against the PyTorch drafter (``torch_drafter.py``, what
 training and the reference loop use) on the same weights and inputs, without an engine.
 
 The vLLM model is built the way vLLM's own layer tests do it: a default ``VllmConfig`` as the
@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from dflash_vllm.config import DrafterConfig
-from dflash_vllm.modeling import DFlashDrafter
+from dflash_vllm.torch_drafter import DFlashDrafter
 
 pytestmark = pytest.mark.unit
 

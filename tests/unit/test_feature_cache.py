@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file
 
 from dflash_vllm.config import DFlashConfigError
-from dflash_vllm.training.drafter import Recipe, train
+from dflash_vllm.training.trainer import Recipe, train
 
 pytestmark = pytest.mark.unit
 

@@ -5,7 +5,7 @@ import random
 import pytest
 import torch
 
-from dflash_vllm.training.drafter import build_block_inputs, drafter_loss, loss_weights, target_features
+from dflash_vllm.training.trainer import build_block_inputs, drafter_loss, loss_weights, target_features
 
 pytestmark = pytest.mark.unit
 ANCHORS = [8, 14, 15, 27]  # overlapping spans on purpose
@@ -99,7 +99,7 @@ def test_loss_decreases_on_a_tiny_run(tiny_models, seq):
 def test_offline_tau_is_greedy_acceptance_against_the_data(tiny_models):
     """offline_tau (all anchors in one masked forward) equals drafting each block the way serving
     does and counting the leading drafts that match the data, anchor by anchor."""
-    from dflash_vllm.training.drafter import offline_tau
+    from dflash_vllm.training.trainer import offline_tau
 
     target, drafter = tiny_models
     bs = drafter.cfg.block_size
@@ -124,3 +124,51 @@ def test_offline_tau_is_greedy_acceptance_against_the_data(tiny_models):
     got = offline_tau(drafter, target.get_input_embeddings(), target.get_output_embeddings(), feats, tokens, [n], [prompt_len], bs)
     assert got == pytest.approx(want, abs=1e-3)
     assert max(expected) >= 1, "the planted drafts should be accepted somewhere"
+
+
+@torch.no_grad()
+def test_loss_is_weighted_ce_of_the_kept_positions_and_the_head_sees_only_those(tiny_models, seq):
+    """drafter_loss against CE computed by hand from the full-block logits; with the loss cut
+    to the first N positions the LM head runs on exactly the labelled rows of those positions."""
+    target, drafter = tiny_models
+    tokens, feats = seq
+    bs = drafter.cfg.block_size
+    embed, head = target.get_input_embeddings(), target.get_output_embeddings()
+    logits = _train_logits(target, drafter, tokens, feats, ANCHORS)[:, 1:]  # [A, B-1, V]
+    labels = torch.stack([tokens[0, a + 1 : a + bs] for a in ANCHORS])  # every anchor leaves a whole block
+    ce = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), reduction="none").view(labels.shape)
+    rows = []
+    counting = lambda mod, args: rows.append(args[0].shape[0])  # noqa: E731
+    for n in (0, 5):
+        w = loss_weights(bs, None, n)
+        assert (w[n:] == 0).all() if n else (w > 0).all()
+        want = (ce * w).sum() / (w.sum() * len(ANCHORS))
+        rows.clear()
+        h = head.register_forward_pre_hook(counting)
+        try:
+            loss, acc = drafter_loss(drafter, embed, head, feats, tokens, [ANCHORS], [tokens.shape[1]], w)
+        finally:
+            h.remove()
+        assert loss.item() == pytest.approx(want.item(), rel=1e-5)
+        assert rows == [len(ANCHORS) * (n or bs - 1)]
+        hits = (logits.argmax(-1) == labels).float().mean(0)
+        keep = n or bs - 1
+        assert torch.allclose(acc[:keep], hits[:keep])
+
+
+def test_init_from_loads_a_checkpoint_and_refuses_another_shape(tiny_models, tmp_path):
+    import dataclasses
+
+    from dflash_vllm.config import DFlashConfigError
+    from dflash_vllm.torch_drafter import DFlashDrafter
+    from dflash_vllm.training.trainer import _load_initial_weights
+
+    _, drafter = tiny_models
+    drafter.save_pretrained(str(tmp_path / "d"))
+    fresh = DFlashDrafter(drafter.cfg)
+    _load_initial_weights(fresh, str(tmp_path / "d"))
+    for (k, a), b in zip(drafter.state_dict().items(), fresh.state_dict().values()):
+        assert torch.equal(a.float(), b), k
+    other = DFlashDrafter(dataclasses.replace(drafter.cfg, num_hidden_layers=drafter.cfg.num_hidden_layers + 1))
+    with pytest.raises(DFlashConfigError, match="num_hidden_layers"):
+        _load_initial_weights(other, str(tmp_path / "d"))

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from ..config import DFlashConfigError, DrafterConfig, default_target_layer_ids
-from ..modeling import DFlashDrafter, target_layer_outputs
+from ..torch_drafter import DFlashDrafter, target_layer_outputs
 
 # Loss decay per block size (paper appendix): w_k = exp(-(k-1)/lambda).
 DEFAULT_LAMBDA = {16: 7.0, 10: 5.0, 8: 4.0}
@@ -49,13 +49,22 @@ class Recipe:
     batch_size: int = 8
     seed: int = 0
     target_layer_ids: list[int] | None = None
+    loss_positions: int = 0  # train on mask positions 1..N only (0: all B-1); the block stays B at serving
 
 
-def loss_weights(block_size: int, decay: float | None) -> torch.Tensor:
-    """[B-1] weights for mask positions k = 1..B-1."""
+def loss_weights(block_size: int, decay: float | None, positions: int = 0) -> torch.Tensor:
+    """[B-1] weights for mask positions k = 1..B-1; with `positions` = N > 0, zero past k = N.
+
+    Cutting positions is a compute budget choice: the LM head is most of a training step's
+    FLOPs and runs only where a weight is non-zero. A drafter whose tau is ~1.3 almost never
+    has position 9 verified, so positions past 8 spend half a step on labels that do not move tau
+    yet; the block (and serving) stays B wide."""
     lam = DEFAULT_LAMBDA.get(block_size, block_size / 2.0) if decay is None else decay
     k = torch.arange(1, block_size, dtype=torch.float32)
-    return torch.ones_like(k) if lam == 0 else torch.exp(-(k - 1) / lam)
+    w = torch.ones_like(k) if lam == 0 else torch.exp(-(k - 1) / lam)
+    if positions:
+        w[positions:] = 0.0
+    return w
 
 
 def target_features(target, input_ids: torch.Tensor, layer_ids: list[int], attention_mask=None) -> torch.Tensor:
@@ -115,16 +124,21 @@ def drafter_loss(drafter, embed, lm_head, feats, tokens, anchors_per_seq, seq_le
     ctx = drafter.fuse(feats)
     ctx_pos = torch.arange(t)[None].expand(b, -1)
     hidden = drafter(embed(block_ids), positions, ctx, ctx_pos, mask)
-    logits = lm_head(hidden).float()  # [B, A*bs, V]
     a = labels.shape[1] // bs
-    logits = logits.view(b, a, bs, -1)[:, :, 1:]
+    hidden = hidden.view(b, a, bs, -1)[:, :, 1:]
     labels = labels.view(b, a, bs)[:, :, 1:]
-    ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100, reduction="none")
-    ce = ce.view(b, a, bs - 1)
-    valid = (labels != -100).float()
-    w = weights.view(1, 1, -1) * valid
+    valid = (labels != -100) & (weights > 0)
+    # the LM head (vocab x hidden, most of a step's FLOPs) only where there is a label: not on
+    # anchors, padded blocks or blocks running past the sequence's end
+    logits = lm_head(hidden[valid]).float()  # [N, V]
+    lab = labels[valid]
+    ce = F.cross_entropy(logits, lab, reduction="none")
+    k = torch.arange(bs - 1).expand_as(labels)[valid]  # each label's position in its block, 0-based
+    w = weights[k]
     loss = (ce * w).sum() / w.sum().clamp_min(1e-6)
-    correct = ((logits.argmax(-1) == labels).float() * valid).sum((0, 1)) / valid.sum((0, 1)).clamp_min(1)
+    hits = (logits.argmax(-1) == lab).float()
+    correct = torch.zeros(bs - 1).index_add_(0, k, hits) / torch.zeros(bs - 1).index_add_(0, k, torch.ones_like(hits)).clamp_min(1)
+    # positions with weight 0 are not evaluated: their accuracy reads 0
     return loss, correct
 
 
@@ -218,6 +232,21 @@ class FeatureCache:
         return out
 
 
+def _load_initial_weights(drafter: DFlashDrafter, path: str) -> None:
+    from ..checkpoint import read_drafter_state_dict
+
+    src = DrafterConfig.from_pretrained(path, serving=False)
+    mine, theirs = drafter.cfg, src
+    for f in ("hidden_size", "num_hidden_layers", "target_layer_ids", "block_size", "mask_token_id", "vocab_size"):
+        if getattr(mine, f) != getattr(theirs, f):
+            raise DFlashConfigError(f"--init-from {path}: its {f} is {getattr(theirs, f)}, this run's is "
+                                    f"{getattr(mine, f)}; pass matching recipe flags or drop --init-from")
+    state = {k: v.float() for k, v in read_drafter_state_dict(src.path).items()}
+    missing, _ = drafter.load_state_dict(state, strict=False)
+    if missing:
+        raise DFlashConfigError(f"--init-from {path}: the checkpoint lacks {missing[:3]}; it is not a complete drafter")
+
+
 def load_examples(path: str) -> list[dict]:
     with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]
@@ -226,13 +255,16 @@ def load_examples(path: str) -> list[dict]:
 def train(target_path: str, data_path: str, out: str, recipe: Recipe, mask_token_id: int | None = None,
           max_steps: int | None = None, progress: bool = True, threads: int = 0,
           feature_cache: str | None = None, feature_cache_dtype: str = "float32",
-          eval_data: str | None = None, eval_every: int = 0, snapshot_every: int = 0) -> dict:
+          eval_data: str | None = None, eval_every: int = 0, snapshot_every: int = 0,
+          init_from: str | None = None) -> dict:
     """Train and save a drafter in the published format; returns the training record.
 
     Target features are computed online from the frozen target, or, with `feature_cache` (a
     directory), computed once per example and read back from disk afterwards. With `eval_data`
     (held-out jsonl in the same format), `offline_tau` is recorded every `eval_every` steps;
-    `snapshot_every` keeps a servable drafter every that many steps in `out/step-N`."""
+    `snapshot_every` keeps a servable drafter every that many steps in `out/step-N`.
+    `init_from`: start from a drafter checkpoint (same shape) instead of a fresh one: a longer
+    run on top of a shorter one, with its own schedule."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if threads:
@@ -247,6 +279,8 @@ def train(target_path: str, data_path: str, out: str, recipe: Recipe, mask_token
         mask_token_id = tok.convert_tokens_to_ids("<|mask|>") if "<|mask|>" in tok.get_vocab() else tok.pad_token_id
     cfg = new_drafter_config(target.config, recipe, mask_token_id)
     drafter = DFlashDrafter(cfg, inject_every_layer=recipe.inject_every_layer)
+    if init_from:
+        _load_initial_weights(drafter, init_from)
     embed, lm_head = target.get_input_embeddings(), target.get_output_embeddings()
     examples = load_examples(data_path)
     cache = FeatureCache(feature_cache, target_path, cfg.target_layer_ids, data_path, feature_cache_dtype) if feature_cache else None
@@ -257,7 +291,7 @@ def train(target_path: str, data_path: str, out: str, recipe: Recipe, mask_token
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: (s + 1) / warm if s < warm else 0.5 * (1 + math.cos(math.pi * (s - warm) / max(1, total - warm)))
     )
-    weights = loss_weights(recipe.block_size, recipe.decay)
+    weights = loss_weights(recipe.block_size, recipe.decay, recipe.loss_positions)
     state_path = os.path.join(out, "train_state.pt")
     step, losses, accs, taus = 0, [], [], []
     os.makedirs(out, exist_ok=True)
@@ -363,6 +397,7 @@ def main(argv=None):
     ap.add_argument("--eval-data", default=None, help="held-out jsonl (same format as --data): offline greedy tau")
     ap.add_argument("--eval-every", type=int, default=0, help="steps between offline tau evaluations (0: never)")
     ap.add_argument("--snapshot-every", type=int, default=0, help="keep a servable drafter every N steps in OUT/step-N")
+    ap.add_argument("--init-from", default=None, help="drafter checkpoint to start from (a longer run on top of a shorter one)")
     ap.add_argument("--feature-cache-dtype", default="float32", choices=["float32", "float16", "bfloat16"],
                     help="storage dtype of cached features (float16 halves the disk, at a small rounding)")
     for name, field in Recipe.__dataclass_fields__.items():
@@ -377,7 +412,8 @@ def main(argv=None):
     recipe = Recipe(**{k: getattr(args, k) for k in Recipe.__dataclass_fields__})
     record = train(args.target, args.data, args.out, recipe, args.mask_token_id, args.max_steps, threads=args.threads,
                    feature_cache=args.feature_cache, feature_cache_dtype=args.feature_cache_dtype,
-                   eval_data=args.eval_data, eval_every=args.eval_every, snapshot_every=args.snapshot_every)
+                   eval_data=args.eval_data, eval_every=args.eval_every, snapshot_every=args.snapshot_every,
+                   init_from=args.init_from)
     print(json.dumps({k: v for k, v in record.items() if k != "loss_curve_every_20"}, indent=1))
 
 
