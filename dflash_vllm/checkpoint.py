@@ -74,7 +74,8 @@ def training_commit() -> tuple[str | None, bool | None]:
     """(``git rev-parse HEAD``, uncommitted changes under the package?) of the repository this
     package runs from; (None, None) when it is not a git checkout (an installed wheel) or git
     is missing. Only a repository whose top level holds this package counts, so a wheel
-    installed into a virtualenv inside some other work tree does not borrow that tree's commit."""
+    installed into a virtualenv inside some other work tree does not borrow that tree's commit.
+    Checkpoints record it as their training commit, bench results as the code that ran."""
     pkg = os.path.dirname(os.path.abspath(__file__))
     try:
         def git(*args: str) -> str:

@@ -150,17 +150,12 @@ def provenance() -> dict:
     import vllm
 
     from .. import __version__
+    from ..checkpoint import training_commit
 
-    from ..paths import REPO
-
-    git = dirty = ""  # a wheel install has no commit to report
-    if REPO is not None:
-        git = subprocess.run(["git", "-C", REPO, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True).stdout.strip()
+    sha, dirty = training_commit()  # (None, None) in a wheel install: no commit to report
     dev = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
     return {
-        "git_commit": git + ("+dirty" if dirty else ""), "dflash_vllm": __version__, "vllm": vllm.__version__,
+        "git_commit": (sha or "") + ("+dirty" if dirty else ""), "dflash_vllm": __version__, "vllm": vllm.__version__,
         "torch": torch.__version__, "python": platform.python_version(),
         "machine": f"{platform.machine()} {os.cpu_count()} cpus, {dev}", "node": platform.node(),
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
