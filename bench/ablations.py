@@ -28,13 +28,13 @@ VARIANTS = {  # name: (work-dir slug, recipe overrides, serving K values)
 
 def tau_reference(target, drafter, tok, k: int, n: int = 64) -> float:
     from dflash_vllm.acceptance import tau
+    from dflash_vllm.bench.prompts import chat_ids
     from dflash_vllm.reference import generate
     from dflash_vllm.training.tasks import make_samples
 
     acc = []
     for s in make_samples(n, seed=101):
-        ids = list(tok.apply_chat_template([{"role": "user", "content": s.prompt}], add_generation_prompt=True,
-                                           tokenize=True, return_dict=False))
+        ids = chat_ids(tok, s.prompt)
         acc += generate(target, drafter, ids, 160, num_speculative_tokens=k, stop_token_ids=(tok.eos_token_id,)).accepted
     return tau(acc)
 

@@ -30,9 +30,10 @@ if __name__ == "__main__":
         return r
     GPUModelRunner.propose_draft_token_ids = wrapped
     from transformers import AutoTokenizer
+    from dflash_vllm.bench.prompts import chat_ids
     from dflash_vllm.training.tasks import make_samples
     tok = AutoTokenizer.from_pretrained("deploy/demo/target")
-    ps=[TokensPrompt(prompt_token_ids=list(tok.apply_chat_template([{"role":"user","content":s.prompt}],add_generation_prompt=True,tokenize=True,return_dict=False))) for s in make_samples(60, seed=9)]
+    ps=[TokensPrompt(prompt_token_ids=chat_ids(tok, s.prompt)) for s in make_samples(60, seed=9)]
     for p in ps:
         llm.generate([p], SamplingParams(max_tokens=96, temperature=0, stop_token_ids=[tok.eos_token_id]), use_tqdm=False)
     evs = prof.events()

@@ -15,12 +15,12 @@ from dflash_vllm.paths import DEMO_DRAFTER, DEMO_TARGET, results_dir
 def main():
     from transformers import AutoTokenizer
 
+    from dflash_vllm.bench.prompts import chat_ids
     from dflash_vllm.training.tasks import make_samples
 
     target, drafter = DEMO_TARGET, DEMO_DRAFTER
     tok = AutoTokenizer.from_pretrained(target)
-    prompts = [list(tok.apply_chat_template([{"role": "user", "content": s.prompt}], add_generation_prompt=True,
-                                            tokenize=True, return_dict=False)) for s in make_samples(64, seed=101)]
+    prompts = [chat_ids(tok, s.prompt) for s in make_samples(64, seed=101)]
     rows = {}
     for temp, method in [(0.0, "greedy"), (1.0, "probabilistic"), (1.0, "greedy")]:
         spec = {"method": "dflash", "model": drafter, "num_speculative_tokens": 15, "draft_sample_method": method}

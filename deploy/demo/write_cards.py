@@ -33,8 +33,9 @@ def reference_accepted(target_dir: str, drafter_dir: str, n: int = 64) -> list[l
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from dflash_vllm.torch_drafter import DFlashDrafter
+    from dflash_vllm.bench.prompts import chat_ids
     from dflash_vllm.reference import generate
+    from dflash_vllm.torch_drafter import DFlashDrafter
     from dflash_vllm.training.tasks import make_samples
 
     tok = AutoTokenizer.from_pretrained(target_dir)
@@ -42,8 +43,7 @@ def reference_accepted(target_dir: str, drafter_dir: str, n: int = 64) -> list[l
     drafter = DFlashDrafter.from_pretrained(drafter_dir).eval()
     out = []
     for s in make_samples(n, seed=101):
-        ids = list(tok.apply_chat_template([{"role": "user", "content": s.prompt}], add_generation_prompt=True,
-                                           tokenize=True, return_dict=False))
+        ids = chat_ids(tok, s.prompt)
         out.append(generate(target, drafter, ids, 160, num_speculative_tokens=15, stop_token_ids=(tok.eos_token_id,)).accepted)
     return out
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import random
 
+from ..config import DFlashConfigError
 from ..training.tasks import FAMILIES, make_samples
 
 BUILTIN = (*FAMILIES, "tasks", "chat", "free", "freechat")
@@ -111,35 +112,52 @@ def _messages(name: str, n: int) -> list[list[dict]]:
                           {"role": "user", "content": b.prompt}, {"role": "assistant", "content": b.response},
                           {"role": "user", "content": q.prompt}])
         return convs
-    raise ValueError(f"unknown prompt set {name!r}: use one of {', '.join(BUILTIN)} or NAME=PATH")
+    raise DFlashConfigError(f"unknown prompt set {name!r}: use one of {', '.join(BUILTIN)} or NAME=PATH")
+
+
+def read_conversations(path: str) -> list[list[dict]]:
+    """Every prompt in a file, as a conversation: .jsonl lines hold {"messages": [...]} or
+    {"prompt": "..."}; any other file holds one user prompt per non-empty line, with a literal
+    \\n for a line break. The one reader behind `bench --prompt-sets NAME=PATH` and `regen --prompts`."""
+    try:
+        with open(path) as f:
+            if path.endswith(".jsonl"):
+                rows = [json.loads(line) for line in f if line.strip()]
+                convs = [r["messages"] if r.get("messages") else [{"role": "user", "content": r["prompt"]}] for r in rows]
+            else:
+                convs = [[{"role": "user", "content": line.rstrip("\n").replace("\\n", "\n")}] for line in f if line.strip()]
+    except OSError as e:
+        raise DFlashConfigError(f"prompt file {path}: {e.strerror}; pass an existing file") from None
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise DFlashConfigError(f"prompt file {path}: a line is not {{\"messages\": [...]}} or {{\"prompt\": \"...\"}} "
+                                f"({type(e).__name__}: {e})") from None
+    if not convs:
+        raise DFlashConfigError(f"prompt file {path} holds no prompts")
+    return convs
 
 
 def _from_file(path: str, n: int) -> list[list[dict]]:
-    convs = []
-    with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
-            if path.endswith(".jsonl"):
-                d = json.loads(line)
-                convs.append(d["messages"] if "messages" in d else [{"role": "user", "content": d["prompt"]}])
-            else:
-                convs.append([{"role": "user", "content": line}])
-    if not convs:
-        raise ValueError(f"prompt file {path} holds no prompts")
+    convs = read_conversations(path)
     return [convs[i % len(convs)] for i in range(n)]
+
+
+def chat_ids(tokenizer, conv) -> list[int]:
+    """Prompt token ids of a conversation (a list of {"role", "content"}) or of one user turn (a
+    string), through the tokenizer's chat template, with the assistant's turn opened; a tokenizer
+    without a template gets the turns' contents joined by newlines. Every prompt the project
+    sends (bench, demo, training data, tests) is made here."""
+    msgs = [{"role": "user", "content": conv}] if isinstance(conv, str) else conv
+    if getattr(tokenizer, "chat_template", None):
+        t = tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True, return_dict=False)
+        if hasattr(t, "keys"):  # a BatchEncoding from tokenizers that ignore return_dict
+            t = t["input_ids"]
+    else:
+        t = tokenizer("\n".join(m["content"] for m in msgs))["input_ids"]
+    return [int(x) for x in t]
 
 
 def prompt_set(spec: str, tokenizer, n: int) -> tuple[str, list[list[int]]]:
     """(name, n tokenized prompts) for a built-in name or NAME=PATH."""
     name, _, path = spec.partition("=")
     convs = _from_file(path, n) if path else _messages(name, n)
-    ids = []
-    for msgs in convs:
-        if getattr(tokenizer, "chat_template", None):
-            t = tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True, return_dict=False)
-        else:
-            t = tokenizer("\n".join(m["content"] for m in msgs))["input_ids"]
-        ids.append([int(x) for x in t])
-    return name, ids
+    return name, [chat_ids(tokenizer, msgs) for msgs in convs]

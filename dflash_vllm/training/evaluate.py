@@ -19,11 +19,12 @@ def evaluate(target: str, drafter: str | None, num_prompts: int = 64, k: int = 1
              native: bool = False, max_num_seqs: int = 32) -> dict:
     from transformers import AutoTokenizer
 
+    from ..bench.prompts import chat_ids
     from ..harness import run_job_subprocess
 
     tok = AutoTokenizer.from_pretrained(target)
     samples = make_samples(num_prompts, seed=101)
-    ids = [list(tok.apply_chat_template([{"role": "user", "content": s.prompt}], add_generation_prompt=True, tokenize=True, return_dict=False))
+    ids = [chat_ids(tok, s.prompt)
            for s in samples]
     reqs = [{"prompt_token_ids": x, "max_tokens": max_tokens, "ignore_eos": False} for x in ids]
     spec = {"method": "dflash", "model": drafter, "num_speculative_tokens": k} if drafter else None

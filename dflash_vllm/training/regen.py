@@ -15,29 +15,16 @@ import json
 import os
 
 
-def read_prompts(path: str) -> list:
-    with open(path) as f:
-        if path.endswith(".jsonl"):
-            rows = [json.loads(line) for line in f if line.strip()]
-            return [r.get("messages") or r["prompt"] for r in rows]
-        return [line.rstrip("\n").replace("\\n", "\n") for line in f if line.strip()]
-
-
 def regenerate(target: str, prompts: list, out: str, max_tokens: int = 256, temperature: float = 0.0,
                seed: int = 0, chunk: int = 256, **llm_kwargs) -> int:
     from transformers import AutoTokenizer
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
+    from ..bench.prompts import chat_ids
+
     tok = AutoTokenizer.from_pretrained(target)
-    ids = []
-    for p in prompts:
-        if tok.chat_template:
-            msgs = p if isinstance(p, list) else [{"role": "user", "content": p}]
-            ids.append(tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True))
-        else:
-            ids.append(tok(p)["input_ids"])
-    ids = [list(x["input_ids"]) if isinstance(x, dict) or hasattr(x, "keys") else list(x) for x in ids]
+    ids = [chat_ids(tok, p) for p in prompts]
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     done = 0
     if os.path.exists(out):  # resume: keep complete lines, drop a torn last one
@@ -70,6 +57,8 @@ def regenerate(target: str, prompts: list, out: str, max_tokens: int = 256, temp
 
 
 def main(argv=None):
+    from ..bench.prompts import read_conversations
+
     ap = argparse.ArgumentParser(prog="dflash-vllm regen", description=__doc__)
     ap.add_argument("--target", required=True)
     ap.add_argument("--prompts", required=True)
@@ -81,7 +70,7 @@ def main(argv=None):
     ap.add_argument("--chunk", type=int, default=256, help="prompts per chunk written (resume granularity)")
     ap.add_argument("--enforce-eager", action="store_true", help="skip torch.compile (start-up minutes on CPU; small jobs)")
     args = ap.parse_args(argv)
-    n = regenerate(args.target, read_prompts(args.prompts), args.out, args.max_tokens, args.temperature, args.seed,
+    n = regenerate(args.target, read_conversations(args.prompts), args.out, args.max_tokens, args.temperature, args.seed,
                    chunk=args.chunk, max_model_len=args.max_model_len, enforce_eager=args.enforce_eager)
     print(f"wrote {n} target responses to {args.out}")
 

@@ -9,6 +9,7 @@ import os
 
 import pytest
 
+from dflash_vllm.bench.prompts import chat_ids
 from dflash_vllm.harness import run_job_subprocess
 
 from ..conftest import first_divergence
@@ -32,9 +33,7 @@ def runs():
     from dflash_vllm.training.tasks import make_samples
 
     tok = AutoTokenizer.from_pretrained(TARGET)
-    reqs = [{"prompt_token_ids": list(tok.apply_chat_template([{"role": "user", "content": s.prompt}],
-                                                              add_generation_prompt=True, tokenize=True,
-                                                              return_dict=False)),
+    reqs = [{"prompt_token_ids": chat_ids(tok, s.prompt),
              "max_tokens": 80, "stop_token_ids": [tok.eos_token_id], "ignore_eos": False}
             for s in make_samples(12, seed=515)]
     spec = {"method": "dflash", "model": DRAFTER, "num_speculative_tokens": 15, "dflash_fixed_k": 15}  # tau TP1 vs TP2 at one K
