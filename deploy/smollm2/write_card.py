@@ -19,12 +19,23 @@ def load(path):
         return json.load(f)
 
 
+def stages(rec: dict) -> list[dict]:
+    """The training records of a chain of runs (`--init-from`), oldest first."""
+    chain = []
+    while rec:
+        chain.append(rec)
+        rec = (rec.get("init_from") or {}).get("record")
+    return chain[::-1]
+
+
 def main() -> int:
     rec = load("deploy/smollm2/drafter/training_record.json")
     demo = load("bench/results/demo-smollm2.json")
     bench = load("bench/results/bench-smollm2.json")
     data = load("deploy/smollm2/drafter/config.json")
-    r = rec["recipe"]
+    chain = stages(rec)
+    r = chain[0]["recipe"]
+    total = sum(x["steps"] for x in chain)
     lines = [
         "# DFlash drafter for SmolLM2-135M-Instruct (trained on 2 CPU cores)",
         "",
@@ -39,27 +50,41 @@ def main() -> int:
         f"{data['dflash_config']['target_layer_ids'] if 'dflash_config' in data else data.get('target_layer_ids')}, "
         f"mask token {data.get('dflash_config', {}).get('mask_token_id', data.get('mask_token_id'))}; embedding and LM head are the target's",
         f"- paper recipe: random anchors ({r['num_anchors']} blocks per sequence), one sparse mask, CE weighted "
-        f"exp(-(k-1)/7), AdamW lr {r['lr']} cosine (warm-up {r['warmup_ratio']}), clip {r['grad_clip']}, batch {r['batch_size']}",
+        f"exp(-(k-1)/7), AdamW cosine (warm-up {r['warmup_ratio']}), clip {r['grad_clip']}, batch {r['batch_size']}",
         f"- data: {rec['num_examples']} examples = 1,400 generated prompts answered by the target itself through "
         "vLLM (264k response tokens) + 120 multi-turn chats (`deploy/smollm2/data/README.md`)",
-        f"- steps: {rec['steps']} ({rec['steps'] * r['batch_size'] / rec['num_examples']:.1f} epochs); "
-        "target features cached on disk in fp16",
-        "- time (2 cores): data regeneration through vLLM ~65 min; training ~2 h 25 min of wall time over two "
-        "sessions, mostly sharing the machine with soak and test runs; uncontended it is ~1 h 5 min (~11 s per "
-        "step while the feature cache fills in the first epoch, 5.5 s per step after)",
-        "- the served numbers below were measured on the fp32 weights; the shipped fp16 copy differs by at most "
-        "5e-4 per weight",
+        f"- steps: {total} ({total * r['batch_size'] / rec['num_examples']:.1f} epochs) in {len(chain)} run(s), each "
+        "starting from the one before (`--init-from`) with its own warm-up and cosine; target features cached on "
+        "disk in fp16:",
+    ]
+    for i, x in enumerate(chain):
+        xr = x["recipe"]
+        cut = xr.get("loss_positions") or 0
+        lines.append(f"  - run {i + 1}: {x['steps']} steps, lr {xr['lr']}, loss on mask positions 1..{cut or xr['block_size'] - 1}"
+                     + (" (the LM head runs on those rows only: a step costs ~40 % less)" if cut else "")
+                     + f"; {x['seconds'] / 60:.0f} min of wall time in its last (resumed) segment")
+    lines += [
+        "- the served numbers below were measured on the shipped fp16 weights",
+        "- time (2 cores): data regeneration through vLLM ~65 min. Run 1 took ~2 h 25 min of wall time over two "
+        "sessions, mostly sharing the machine with soak and test runs (uncontended ~1 h 5 min: ~11 s per step "
+        "while the feature cache fills in the first epoch, 5.5 s per step after)",
         "",
         "## Training record",
         "",
         "| step | offline tau (held-out, greedy, K = 15) |",
         "|---|---|",
     ]
-    lines += [f"| {s} | {t} |" for s, t in rec["offline_tau_curve"]]
-    curve = rec["loss_curve_every_20"]
-    lines += ["", "Loss every 20 steps: " + ", ".join(f"{x:.2f}" for x in curve), "",
-              "Per-position accuracy (last 50 steps, k = 1..15): "
-              + ", ".join(f"{x:.2f}" for x in rec["position_accuracy_last_50"]), ""]
+    done = 0
+    for i, x in enumerate(chain):
+        lines += [f"| {done + s} | {t} |" for s, t in x["offline_tau_curve"] if not (i and s == 0)]
+        done += x["steps"]
+    for i, x in enumerate(chain):
+        cut_i = x["recipe"].get("loss_positions") or 0
+        lines += ["", f"Loss every 20 steps, run {i + 1}" + (f" (positions 1..{cut_i} only: not comparable with a full-block loss)" if cut_i else "")
+                  + ": " + ", ".join(f"{v:.2f}" for v in x["loss_curve_every_20"])]
+    cut = rec["recipe"].get("loss_positions") or rec["recipe"]["block_size"] - 1
+    lines += ["", f"Per-position accuracy (last 50 steps of the last run, k = 1..{cut}): "
+              + ", ".join(f"{v:.2f}" for v in rec["position_accuracy_last_50"][:cut]), ""]
     lines += [
         "## Served through vLLM with the add-on (`dflash-vllm demo --pair smollm2`)",
         "",

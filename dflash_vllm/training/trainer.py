@@ -247,6 +247,17 @@ def _load_initial_weights(drafter: DFlashDrafter, path: str) -> None:
         raise DFlashConfigError(f"--init-from {path}: the checkpoint lacks {missing[:3]}; it is not a complete drafter")
 
 
+def initial_record(path: str) -> dict:
+    """What a run started from (`--init-from`): the checkpoint's path and, when it has one, its own
+    training record, so a chain of runs keeps its whole history (steps, data, tau curve)."""
+    rec = {"path": os.path.abspath(path)}
+    prev = os.path.join(path, "training_record.json")
+    if os.path.exists(prev):
+        with open(prev) as f:
+            rec["record"] = json.load(f)
+    return rec
+
+
 def load_examples(path: str) -> list[dict]:
     with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]
@@ -378,6 +389,8 @@ def train(target_path: str, data_path: str, out: str, recipe: Recipe, mask_token
         "offline_tau_curve": taus,
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
     }
+    if init_from:
+        record["init_from"] = initial_record(init_from)
     drafter.save_pretrained(out, extra_config={"dflash_vllm_training": {"recipe": asdict(recipe), "steps": step}})
     with open(os.path.join(out, "training_record.json"), "w") as f:
         json.dump(record, f, indent=1)

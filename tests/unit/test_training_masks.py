@@ -161,10 +161,13 @@ def test_init_from_loads_a_checkpoint_and_refuses_another_shape(tiny_models, tmp
 
     from dflash_vllm.config import DFlashConfigError
     from dflash_vllm.torch_drafter import DFlashDrafter
-    from dflash_vllm.training.trainer import _load_initial_weights
+    from dflash_vllm.training.trainer import _load_initial_weights, initial_record
 
     _, drafter = tiny_models
     drafter.save_pretrained(str(tmp_path / "d"))
+    assert initial_record(str(tmp_path / "d")) == {"path": str(tmp_path / "d")}
+    (tmp_path / "d" / "training_record.json").write_text('{"steps": 500}')
+    assert initial_record(str(tmp_path / "d"))["record"] == {"steps": 500}  # a chain of runs keeps its history
     fresh = DFlashDrafter(drafter.cfg)
     _load_initial_weights(fresh, str(tmp_path / "d"))
     for (k, a), b in zip(drafter.state_dict().items(), fresh.state_dict().values()):
