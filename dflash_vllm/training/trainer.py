@@ -233,18 +233,14 @@ class FeatureCache:
 
 
 def _load_initial_weights(drafter: DFlashDrafter, path: str) -> None:
-    from ..checkpoint import read_drafter_state_dict
-
-    src = DrafterConfig.from_pretrained(path, serving=False)
-    mine, theirs = drafter.cfg, src
+    """`--init-from`: the checkpoint's weights (read by `DFlashDrafter.from_pretrained`, which
+    refuses an incomplete one) into this run's drafter, once their shapes agree."""
+    src = DFlashDrafter.from_pretrained(path)
     for f in ("hidden_size", "num_hidden_layers", "target_layer_ids", "block_size", "mask_token_id", "vocab_size"):
-        if getattr(mine, f) != getattr(theirs, f):
-            raise DFlashConfigError(f"--init-from {path}: its {f} is {getattr(theirs, f)}, this run's is "
-                                    f"{getattr(mine, f)}; pass matching recipe flags or drop --init-from")
-    state = {k: v.float() for k, v in read_drafter_state_dict(src.path).items()}
-    missing, _ = drafter.load_state_dict(state, strict=False)
-    if missing:
-        raise DFlashConfigError(f"--init-from {path}: the checkpoint lacks {missing[:3]}; it is not a complete drafter")
+        if getattr(drafter.cfg, f) != getattr(src.cfg, f):
+            raise DFlashConfigError(f"--init-from {path}: its {f} is {getattr(src.cfg, f)}, this run's is "
+                                    f"{getattr(drafter.cfg, f)}; pass matching recipe flags or drop --init-from")
+    drafter.load_state_dict(src.state_dict())
 
 
 def initial_record(path: str) -> dict:
