@@ -22,10 +22,9 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.util
-import os
 import sys
 
-from . import __version__
+from . import __version__, envs
 
 
 _RUNNER_MODULE = "vllm.v1.worker.gpu_model_runner"
@@ -33,7 +32,7 @@ _done = False
 
 
 def native_requested() -> bool:
-    return os.environ.get("DFLASH_VLLM_NATIVE", "0") not in ("", "0", "false", "False")
+    return envs.enabled(envs.NATIVE)
 
 
 def register() -> None:
@@ -75,7 +74,7 @@ def _log(msg: str, *args) -> None:
 
 def _on_runner_import(module) -> None:
     # vLLM defect fixes apply whichever DFlash runs (and without speculation): see fixes/.
-    if os.environ.get("DFLASH_VLLM_NO_SEED_FIX", "0") in ("", "0"):
+    if not envs.enabled(envs.NO_SEED_FIX):
         from .fixes import cpu_seeded_chunks
 
         cpu_seeded_chunks.install(module)
@@ -101,7 +100,7 @@ def _patch_runner(module) -> None:
     if module.DFlashProposer is DFlashProposer:
         return
     module.DFlashProposer = DFlashProposer  # the runner constructs and isinstance-checks this name
-    if os.environ.get("DFLASH_VLLM_STEP_METRICS", "1") not in ("0", "false", "False"):
+    if envs.enabled(envs.STEP_METRICS):
         from . import metrics
 
         patches.require("step-timers", module)

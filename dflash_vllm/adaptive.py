@@ -58,14 +58,14 @@ the environment variable also accepts a comma-separated cycle (``"0,0,7"``: per 
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
+
+from . import envs
 
 CONFIG_KEY = "dflash_fixed_k"
 ADAPTIVE_KEY = "dflash_adaptive"
-ENV = "DFLASH_VLLM_FIXED_K"
-STATS_ENV = "DFLASH_VLLM_ADAPTIVE_STATS"  # "1": print the proposer's counters at exit (tests)
+ENV = envs.FIXED_K.name
+STATS_ENV = envs.ADAPTIVE_STATS.name  # "1": print the proposer's counters at exit (tests)
 
 
 # -- the one configuration key -------------------------------------------------------------------
@@ -81,7 +81,7 @@ def pop_config_key(engine_args) -> None:
         on = spec.pop(ADAPTIVE_KEY)
         engine_args.speculative_config = spec
         if on and CONFIG_KEY not in spec:
-            os.environ[ENV] = "adaptive"
+            envs.set(envs.FIXED_K, "adaptive")
     if CONFIG_KEY in spec:
         _take_key(engine_args, spec)
     _prefer_sync_scheduling(engine_args, engine_args.speculative_config)
@@ -111,7 +111,7 @@ def _take_key(engine_args, spec: dict) -> None:
     value = spec.pop(CONFIG_KEY)
     engine_args.speculative_config = spec
     if value is None:
-        os.environ.pop(ENV, None)
+        envs.unset(envs.FIXED_K)
         return
     from .config import DFlashConfigError
 
@@ -121,13 +121,13 @@ def _take_key(engine_args, spec: dict) -> None:
             f"speculative config: {CONFIG_KEY}={value!r} must be an integer in 0..num_speculative_tokens "
             f"({k_max}); omit it for num_speculative_tokens, or set \"{ADAPTIVE_KEY}\": true for adaptive drafting"
         )
-    os.environ[ENV] = str(value)
+    envs.set(envs.FIXED_K, value)
 
 
 def fixed_k_from_env(k_max: int) -> list[int] | None:
     """The pinned K (a cycle of one or more values, each clipped to 0..k_max), or None: adaptive.
     Unset: k_max every step (the policy is opt-in)."""
-    raw = os.environ.get(ENV, "").strip()
+    raw = envs.value(envs.FIXED_K)
     if raw in ("adaptive", "Adaptive"):
         return None
     if raw in ("", "none", "None"):

@@ -118,9 +118,9 @@ def _prompts(pair: str, n: int) -> tuple[list[tuple[str, object]], list[str] | N
 
         samples = make_samples(n, seed=101)
         return [(s.family, s.prompt) for s in samples], [s.answer for s in samples]
-    from .bench.prompts import FREE, FREE_CHAT, _messages
+    from .prompts import FREE, FREE_CHAT, conversations
 
-    chats = _messages("freechat", len(FREE_CHAT))
+    chats = conversations("freechat", len(FREE_CHAT))
     n_chat = min(len(chats), n // 3)
     return [("free", p) for p in FREE[: n - n_chat]] + [("multi-turn chat", c) for c in chats[:n_chat]], None
 

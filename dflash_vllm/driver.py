@@ -1,5 +1,5 @@
 """The one loop that drives an in-process vLLM engine over a list of requests, and the one step
-timer. Harness jobs (tests, `bench/*.py`), bench cells (`bench/worker.py`) and the GPU checks
+timer. Harness jobs (tests, `dflash-vllm bench sampling-tau`), bench cells (`dflash_vllm/bench/worker.py`) and the GPU checks
 (`gpu_check.py`) all run through `drive`; they differ only in how requests are admitted:
 - ``arrive_step`` on a request: it joins at that engine step (scripted waves, in tests);
 - ``concurrency``: at most that many in flight, a new one joins as soon as one finishes

@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 
+from . import envs
 from .acceptance import tau_from_counters
 
 V1_RUNNER = "vllm.v1.worker.gpu_model_runner.GPUModelRunner"
@@ -87,7 +88,7 @@ def run_engine(job: dict, env: dict | None = None, timeout: float = 900) -> dict
         with open(job_path, "w") as f:
             json.dump(job, f)
         full_env = dict(os.environ)
-        full_env.setdefault("DFLASH_VLLM_NATIVE", "0")
+        full_env.setdefault(envs.NATIVE.name, "0")
         full_env.pop("VLLM_USE_V2_MODEL_RUNNER", None)  # vLLM decides unless the job forces it
         full_env.update(env or {})
         full_env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # engine core in this process: counters, rpc
@@ -259,7 +260,7 @@ def sweep(models: dict, concurrency=(1, 8, 32), on_cuda: bool = True, smoke: boo
             {"prompt_token_ids": [r.randrange(3, 510) for _ in range(r.randint(16, 128))], "max_tokens": max_tokens}
             for _ in range(n)]})
     spec = {"method": "dflash", "model": models["drafter"], "num_speculative_tokens": 7}
-    methods = {"none": (None, {}), "ours": (spec, {}), "native": (spec, {"DFLASH_VLLM_NATIVE": "1"})}
+    methods = {"none": (None, {}), "ours": (spec, {}), "native": (spec, {envs.NATIVE.name: "1"})}
     runs = {m: run_engine({"model": models["target"], "speculative_config": s, "engine": engine, "phases": phases}, env=e)
             for m, (s, e) in methods.items()}
     cells = []

@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 
+from . import envs
 from .driver import count_preemptions, drive, install_step_timers
 
 
@@ -79,7 +80,7 @@ def run_job_subprocess(job: dict, timeout: float = 900, env: dict | None = None)
             json.dump(job, f)
         full_env = dict(os.environ)
         full_env.update(env or {})
-        full_env["DFLASH_VLLM_NATIVE"] = "1" if job.get("native") else "0"
+        full_env[envs.NATIVE.name] = "1" if job.get("native") else "0"
         full_env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine core in-process: counters
         proc = subprocess.run([sys.executable, "-m", "dflash_vllm.harness", job_path, out_path], env=full_env,
                               capture_output=True, text=True, timeout=timeout)

@@ -31,9 +31,10 @@ import struct
 import tempfile
 import time
 
+from . import envs
 from .acceptance import tau_from_counters
 
-ENV = "DFLASH_VLLM_STEP_TIMES"
+ENV = envs.STEP_TIMES.name
 BUCKETS = (0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1.024, 2.048)
 KINDS = ("draft", "verify")
 _SLOTS = len(BUCKETS) + 3  # per kind: one count per bucket, +Inf, sum, count
@@ -153,7 +154,7 @@ def export() -> None:
     for the engine processes about to start, exported through a Prometheus collector."""
     global _table, _collector
     _table = StepTimeTable.create()
-    os.environ[ENV] = _table.path
+    envs.set(envs.STEP_TIMES, _table.path)
     try:
         from prometheus_client import REGISTRY
 
@@ -169,7 +170,7 @@ def _writer() -> StepTimeTable | None:
     """In the process running the model: the table its front-end made (inherited path)."""
     global _table
     if _table is None:
-        path = os.environ.get(ENV)
+        path = envs.value(envs.STEP_TIMES)
         if not path or not os.path.exists(path):
             return None
         _table = StepTimeTable(path)

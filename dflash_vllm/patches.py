@@ -100,7 +100,7 @@ PATCHES: tuple[Patch, ...] = (
         "is imported (an environment default, no code replaced; a value the user set wins)",
         "oneDNN's process-wide cache (1024 primitives, one per layer shape and batch size) grows "
         "the worker's RSS by hundreds of MiB over the first minutes to tens of minutes of serving "
-        "(fixes/cpu_onednn_cache.py, bench/onednn_cache.py)",
+        "(fixes/cpu_onednn_cache.py; reproduction: dflash-vllm bench onednn-cache)",
         "0.32 (CPU build)", "when vLLM's CPU build bounds its oneDNN primitive caches itself", "cpu",
     ),
     Patch(
@@ -126,7 +126,7 @@ PATCHES: tuple[Patch, ...] = (
         "plain-decode path: no spec-decode metadata, no rejection sampler); a step where every "
         "request submits 0 drafts skips the drafter's input preparation (proposers/dflash.py)",
         "K = 0 steps cost a plain decode step plus ~1.7 ms of 0-draft speculative bookkeeping on CPU "
-        "(demo pair, c=1: 8.4 vs 6.7 ms; `bench/profile_k0_step.py`, `dflash-vllm bench run --methods none,ours@k=0 --prompt-sets free`)",
+        "(demo pair, c=1: 8.4 vs 6.7 ms; `dflash-vllm bench profile step k0`, `dflash-vllm bench run --methods none,ours@k=0 --prompt-sets free`)",
         "0.32", "when vLLM skips spec-decode bookkeeping for steps without drafts",
     ),
     Patch(

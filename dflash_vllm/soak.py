@@ -41,9 +41,9 @@ REQUEST_TIMEOUT_S = 180
 def _prompts(target: str):
     from transformers import AutoTokenizer
 
-    from .bench.prompts import _messages
+    from .prompts import conversations
 
-    chats = _messages("tasks", 24) + _messages("chat", 16) + _messages("code", 8)
+    chats = conversations("tasks", 24) + conversations("chat", 16) + conversations("code", 8)
     vocab = len(AutoTokenizer.from_pretrained(target))
     r = random.Random(11)
     long_ids = [[r.randrange(5, vocab - 5) for _ in range(r.randint(200, 800))] for _ in range(24)]

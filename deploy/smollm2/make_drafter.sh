@@ -28,9 +28,9 @@ flock /tmp/dflash-engine.lock $PY -m dflash_vllm.training.regen --target "$T" --
 flock /tmp/dflash-engine.lock $PY -m dflash_vllm.training.regen --target "$T" --prompts "$D/chats.jsonl" --out "$D/turn2.jsonl" --max-tokens 160 --enforce-eager
 [ -s "$D/heldout_prompts.jsonl" ] || $PY - "$D/heldout_prompts.jsonl" <<'PYEOF'
 import json, sys
-from dflash_vllm.bench.prompts import FREE, FREE_CHAT, _messages
+from dflash_vllm.prompts import FREE, FREE_CHAT, conversations
 with open(sys.argv[1], "w") as f:
-    for m in _messages("free", len(FREE)) + _messages("freechat", len(FREE_CHAT)):
+    for m in conversations("free", len(FREE)) + conversations("freechat", len(FREE_CHAT)):
         f.write(json.dumps({"messages": m}) + "\n")
 PYEOF
 flock /tmp/dflash-engine.lock $PY -m dflash_vllm.training.regen --target "$T" --prompts "$D/heldout_prompts.jsonl" --out "$D/heldout.jsonl" --max-tokens 200 --enforce-eager

@@ -25,7 +25,6 @@ Two implementations of that one attention:
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -42,12 +41,14 @@ from vllm.v1.attention.backend import (
 )
 from vllm.v1.kv_cache_layout import KVCacheLayout
 
+from .. import envs
+
 BACKEND_NAME = "CUSTOM"
 # vLLM's block 0 is its null block: never allocated to a request, so a safe sink for padding.
 NULL_SLOT = 0
 
 
-CPU_ATTN_ENV = "DFLASH_VLLM_CPU_ATTN"  # "0": the PyTorch path on CPU too (A/B timing, fallback)
+CPU_ATTN_ENV = envs.CPU_ATTN.name  # "0": the PyTorch path on CPU too (A/B timing, fallback)
 
 
 def cpu_kernel_isa(kv_cache: torch.Tensor, head_size: int) -> str | None:
@@ -57,7 +58,7 @@ def cpu_kernel_isa(kv_cache: torch.Tensor, head_size: int) -> str | None:
     if kv_cache.device.type != "cpu" or kv_cache.dim() != 4 or kv_cache.numel() == 0:
         return None
     key = (tuple(kv_cache.shape[1:]), kv_cache.dtype, kv_cache.is_contiguous(), head_size,
-           os.environ.get(CPU_ATTN_ENV, "1") != "0")
+           envs.enabled(envs.CPU_ATTN))
     if key not in _ISA_MEMO:
         _ISA_MEMO[key] = _pick_isa(*key)
     return _ISA_MEMO[key]

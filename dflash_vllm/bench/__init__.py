@@ -4,6 +4,12 @@
     dflash-vllm bench table RESULT.json            # the paper-shaped tables of a result
     dflash-vllm bench compare A.json B.json        # B relative to A, cell by cell
     dflash-vllm bench plot RESULT.json             # (re)draw the PNGs
+    dflash-vllm bench TOOL [options]               # the narrower measurements below, each with --help
+      context-sweep   draft ms per step vs context length, ours vs native, same random weights (#12)
+      profile         where a drafting call's or an engine step's time goes (torch.profiler, cProfile)
+      ablations       small-scale training ablations on the demo target (paper Tables 7, 9, 13)
+      sampling-tau    tau at temperature 0 and 1, probabilistic vs greedy drafts
+      onednn-cache    the reproduction behind fixes/cpu_onednn_cache.py (RSS vs distinct batch sizes)
 
 Defaults: the shipped demo pair; methods none, ours (K = --k), ours@adaptive (adaptive drafting), ours@k=1,3,7,15 (K
 pinned), native (vLLM's own DFlash on the same weights), ngram (+ eagle3 with --eagle3 PATH);
@@ -18,7 +24,9 @@ import argparse
 import json
 import os
 import sys
+from dataclasses import dataclass
 
+from ..options import add_options, opt, parse_into
 from ..paths import DEMO_DRAFTER, DEMO_TARGET, results_dir
 from .report import compare, load, plots, tables
 
@@ -26,39 +34,47 @@ QUICK = dict(methods="none,ours,native,ngram", concurrency="1,8", prompt_sets="t
              min_requests=8, max_tokens=96)
 
 
+@dataclass
+class BenchConfig:
+    """One `dflash-vllm bench run`; every field is an option, and the result records all of them."""
+
+    target: str = opt(DEMO_TARGET, "target model directory")
+    drafter: str = opt(DEMO_DRAFTER, "DFlash drafter (dir or HF repo id)")
+    k: int = opt(15, "DFlash drafts per step (num_speculative_tokens)")
+    draft_sample_method: str | None = opt(None, "e.g. probabilistic (for --temperature > 0)")
+    methods: str = opt("none,ours,ours@adaptive,ours@k=1,3,7,native,ngram",
+                       "ours = K drafts per step (--k); ours@adaptive = adaptive drafting (K up to --k); "
+                       "ours@k=N pins K=N (ours@k=1,3,7,15: several)")
+    ngram_k: int = opt(4, "drafts per step of the ngram method")
+    eagle3: str | None = opt(None, "an EAGLE-3 drafter to add as a method")
+    eagle3_k: int = opt(3, "drafts per step of the eagle3 method")
+    concurrency: str = opt("1,2,4,8,16,32,64", "closed-loop concurrencies swept")
+    prompt_sets: str = opt("tasks,code,chat,free", "swept over concurrency; NAME=PATH for a file")
+    grid_sets: str = opt("arith,sort,convert,record", "extra sets at the lowest concurrency only (Table 1 columns)")
+    requests: int = opt(0, "requests per cell (default max(--min-requests, 2 x conc))")
+    min_requests: int = opt(16, "fewest requests per cell")
+    max_tokens: int = opt(160, "tokens per request at most")
+    temperature: float = opt(0.0, "sampling temperature (0: greedy, outputs compared with none)")
+    ignore_eos: bool = opt(False, "every request generates exactly --max-tokens (decode-dominated; default: stop at EOS)")
+    repeats: int = opt(1, "passes over all cells (pooled)")
+    max_model_len: int = opt(1024, "vLLM max_model_len")
+    kv_cache_mib: int = opt(512, "CPU: KV pool per engine")
+    engine: str | None = opt(None, "JSON of extra vLLM engine arguments for every method")
+    quick: bool = opt(False, "a few minutes: " + ", ".join(f"{k}={v}" for k, v in QUICK.items()))
+    out: str | None = opt(None, "result JSON (default bench/results/bench[-quick].json)")
+    no_plots: bool = opt(False, "skip the PNGs")
+    log_dir: str | None = opt(None, "engine logs (default: next to --out)")
+
+
 def _run_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="dflash-vllm bench run", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--target", default=DEMO_TARGET)
-    ap.add_argument("--drafter", default=DEMO_DRAFTER, help="DFlash drafter (dir or HF repo id)")
-    ap.add_argument("--k", type=int, default=15, help="DFlash drafts per step (num_speculative_tokens)")
-    ap.add_argument("--draft-sample-method", default=None, help="e.g. probabilistic (for --temperature > 0)")
-    ap.add_argument("--methods", default="none,ours,ours@adaptive,ours@k=1,3,7,native,ngram",
-                    help="ours = K drafts per step (--k); ours@adaptive = adaptive drafting (K up to --k); "
-                         "ours@k=N pins K=N (ours@k=1,3,7,15: several)")
-    ap.add_argument("--ngram-k", type=int, default=4)
-    ap.add_argument("--eagle3", default=None, help="an EAGLE-3 drafter to add as a method")
-    ap.add_argument("--eagle3-k", type=int, default=3)
-    ap.add_argument("--concurrency", default="1,2,4,8,16,32,64")
-    ap.add_argument("--prompt-sets", default="tasks,code,chat,free", help="swept over concurrency; NAME=PATH for a file")
-    ap.add_argument("--grid-sets", default="arith,sort,convert,record",
-                    help="extra sets at the lowest concurrency only (Table 1 columns)")
-    ap.add_argument("--requests", type=int, default=0, help="requests per cell (default max(--min-requests, 2 x conc))")
-    ap.add_argument("--min-requests", type=int, default=16)
-    ap.add_argument("--max-tokens", type=int, default=160)
-    ap.add_argument("--temperature", type=float, default=0.0)
-    ap.add_argument("--ignore-eos", action="store_true",
-                    help="every request generates exactly --max-tokens (decode-dominated; default: stop at EOS)")
-    ap.add_argument("--repeats", type=int, default=1, help="passes over all cells (pooled)")
-    ap.add_argument("--max-model-len", type=int, default=1024)
-    ap.add_argument("--kv-cache-mib", type=int, default=512, help="CPU: KV pool per engine")
-    ap.add_argument("--engine", default=None, help="JSON of extra vLLM engine arguments for every method")
-    ap.add_argument("--quick", action="store_true",
-                    help="a few minutes: " + ", ".join(f"{k}={v}" for k, v in QUICK.items()))
-    ap.add_argument("--out", default=None, help="result JSON (default bench/results/bench[-quick].json)")
-    ap.add_argument("--no-plots", action="store_true")
-    ap.add_argument("--log-dir", default=None, help="engine logs (default: next to --out)")
+    add_options(ap, BenchConfig)
     return ap
+
+
+TOOLS = {"context-sweep": "context_sweep", "profile": "profile", "ablations": "ablations",
+         "sampling-tau": "sampling_tau", "onednn-cache": "onednn_cache"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,6 +82,10 @@ def main(argv: list[str] | None = None) -> int:
     sub = argv[0] if argv and not argv[0].startswith("-") else "run"
     if argv and argv[0] == sub:
         argv = argv[1:]
+    if sub in TOOLS:
+        import importlib
+
+        return int(importlib.import_module(f"{__name__}.{TOOLS[sub]}").main(argv) or 0)
     if sub in ("table", "plot", "compare"):
         need = 2 if sub == "compare" else 1
         if len(argv) != need or any(a.startswith("-") for a in argv):
@@ -82,8 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     if sub != "run":
         print(__doc__, file=sys.stderr)
         return 2
-    ap = _run_parser()
-    args = ap.parse_args(argv)
+    args = parse_into(BenchConfig, _run_parser().parse_args(argv))
     if args.quick:  # quick values replace the defaults, not what the user typed
         typed = {a.split("=")[0].lstrip("-").replace("-", "_") for a in argv if a.startswith("--")}
         for k, v in QUICK.items():

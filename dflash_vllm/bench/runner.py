@@ -9,6 +9,7 @@ method are checked against no speculation, cell by cell.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import platform
@@ -17,7 +18,7 @@ import sys
 import time
 
 from . import report
-from .prompts import prompt_set
+from ..prompts import prompt_set
 
 
 
@@ -162,7 +163,7 @@ def provenance() -> dict:
     }
 
 
-def run(args) -> dict:
+def run(args) -> dict:  # args: a BenchConfig
     from transformers import AutoTokenizer
 
     from ..config import resolve_drafter_path
@@ -237,7 +238,7 @@ def run(args) -> dict:
                    "concurrency": concs, "prompt_sets": sweep_sets, "grid_sets": grid_sets,
                    "max_tokens": args.max_tokens, "ignore_eos": args.ignore_eos, "temperature": args.temperature, "repeats": args.repeats,
                    "requests_per_cell": args.requests or f"max({args.min_requests}, 2 x concurrency)",
-                   "engine": kw, "quick": args.quick},
+                   "engine": kw, "quick": args.quick, "options": dataclasses.asdict(args)},
         "provenance": provenance(),
         "methods": info,
         "cells": out_cells,

@@ -19,6 +19,8 @@ import os
 import sys
 import time
 
+from .. import envs
+
 
 def memory_report(llm) -> dict:
     """KV-cache bytes held by drafter layers and by target layers (drafter weights are counted
@@ -51,8 +53,8 @@ def main() -> int:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     cfg = json.loads(sys.argv[1])
-    os.environ.update(cfg.get("env", {}))  # e.g. DFLASH_VLLM_CPU_ATTN=0 for an A/B of our attention
-    os.environ["DFLASH_VLLM_NATIVE"] = "1" if cfg.get("native") else "0"
+    os.environ.update(cfg.get("env", {}))  # a method's flags, e.g. envs.CPU_ATTN off for an A/B of our attention
+    envs.set(envs.NATIVE, 1 if cfg.get("native") else 0)
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     from vllm import LLM
 

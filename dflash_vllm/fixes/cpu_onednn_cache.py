@@ -12,22 +12,22 @@ the shapes arrive more slowly), which is indistinguishable from a leak for a sup
 The layers' own caches already give the hits; the global cache mostly adds memory. With the
 capacity at 64 the same synthetic load (24 layers, 342 distinct M, shuffled) grows RSS by ~170
 MiB, flat from the first pass, against 664 -> 883 MiB and still climbing at 1024, in the same
-time (``bench/onednn_cache.py`` reproduces both). The value is a default: a capacity the user
+time (``dflash-vllm bench onednn-cache`` reproduces both). The value is a default: a capacity the user
 set in the environment wins. oneDNN reads it when it creates its first primitive, so it is set
 as soon as ``vllm._custom_ops`` is imported, before any model is loaded.
 """
 
 from __future__ import annotations
 
-import os
+from .. import envs
 
-ENV = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
+ENV = envs.ONEDNN_CACHE.name
 CAPACITY = 64
 
 
 def install(module=None) -> bool:
     """Set the capacity default; True if we set it, False if the user already had."""
-    if os.environ.get(ENV, "") != "":
+    if envs.is_set(envs.ONEDNN_CACHE):
         return False
-    os.environ[ENV] = str(CAPACITY)
+    envs.set(envs.ONEDNN_CACHE, CAPACITY)
     return True

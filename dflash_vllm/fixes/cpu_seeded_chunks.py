@@ -28,7 +28,6 @@ import inspect
 
 import numpy as np
 
-ENV_DISABLE = "DFLASH_VLLM_NO_SEED_FIX"  # "1": leave vLLM as it is (used by the reproduction)
 
 
 def check_target(runner_cls) -> None:

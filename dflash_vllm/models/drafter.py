@@ -27,6 +27,7 @@ from vllm.model_executor.layers.rotary_embedding import get_rope
 from vllm.model_executor.model_loader.weight_utils import default_weight_loader
 from vllm.model_executor.models.qwen2 import Qwen2MLP
 
+from .. import envs
 from ..attention.backend import DFlashAttentionBackend, write_kv
 from ..config import DrafterConfig
 
@@ -40,7 +41,7 @@ _STACKED = {
 }
 
 
-FUSED_OPS_ENV = "DFLASH_VLLM_FUSED_OPS"  # "0": the layers' own forward (A/B timing)
+FUSED_OPS_ENV = envs.FUSED_OPS.name  # "0": the layers' own forward (A/B timing)
 
 
 def fused_ops_available(device) -> bool:
@@ -52,9 +53,7 @@ def fused_ops_available(device) -> bool:
     SiLU-and-mul only for small blocks, see _CPP_SILU_MAX_ELEMENTS). A 2-layer drafter makes 12
     RMSNorm and 2 SiLU calls per step: over a millisecond per step at batch 1.
     Same weights, same equation; results agree with forward_native to fp32 rounding."""
-    import os
-
-    if getattr(device, "type", device) != "cpu" or os.environ.get(FUSED_OPS_ENV, "1") == "0":
+    if getattr(device, "type", device) != "cpu" or not envs.enabled(envs.FUSED_OPS):
         return False
     ops = getattr(torch.ops, "_C", None)
     return all(hasattr(ops, n) for n in ("rms_norm", "fused_add_rms_norm", "silu_and_mul"))

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import atexit
 import json
-import os
 import time
 
 import numpy as np
@@ -38,7 +37,7 @@ from vllm.model_executor.models.interfaces import supports_multimodal
 from vllm.v1.attention.backend import CommonAttentionMetadata
 from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
 
-from .. import adaptive, metrics, patches
+from .. import adaptive, envs, metrics, patches
 from ..attention.backend import DraftBlockMetadata
 from ..config import DrafterConfig, validate_pair
 
@@ -84,7 +83,7 @@ class DFlashProposer(SpecDecodeBaseProposer):
         # hands it (synchronous scheduling). Under async scheduling vLLM schedules K
         # placeholder slots per request before our drafts exist, so K stays fixed there.
         # Neither adaptive drafting nor a pin asked for (the default): K every step, nothing wrapped.
-        default = os.environ.get(adaptive.ENV, "").strip() in ("", "none", "None")
+        default = envs.value(envs.FIXED_K) in ("", "none", "None")
         self.policy_active = (runner is not None and not vllm_config.scheduler_config.async_scheduling
                               and not default)
         # Under tensor parallelism every rank runs the drafter forward (collectives inside) but
@@ -116,7 +115,7 @@ class DFlashProposer(SpecDecodeBaseProposer):
         if _plain_steps_patchable(runner):
             runner._prepare_inputs = _plain_when_undrafted(runner, runner._prepare_inputs)
         self._record_lengths: bool | None = None  # decided at the first step (distributed state is up)
-        if os.environ.get(adaptive.STATS_ENV, "0") not in ("", "0"):
+        if envs.enabled(envs.ADAPTIVE_STATS):
             atexit.register(lambda: print("dflash-vllm adaptive stats: " + json.dumps(self.stats()), flush=True))
         logger.info("dflash-vllm: %s", f"drafts pinned to K={fixed}" if fixed is not None else
                     f"adaptive drafting on (0..{k_max} drafts per request per step)")
@@ -171,9 +170,7 @@ class DFlashProposer(SpecDecodeBaseProposer):
             # input corrections; there K is fixed anyway (the policy is off).
             if (q == 0 and aux_hidden_states is not None and runner.valid_sampled_token_count_event is None):
                 features = torch.cat([h[:n] for h in aux_hidden_states], dim=-1)
-                self._write_context(features, runner._get_positions(n), common_attn_metadata.slot_mapping, n,
-                                    defer=True)
-                self.num_skipped_forwards += 1
+                self._skip_forward(features, runner._get_positions(n), common_attn_metadata.slot_mapping, n)
                 self._call_end = time.perf_counter()
                 # Lists, as vLLM's CPU-side proposers return them: no device tensor to copy back.
                 return [[] for _ in range(num_reqs)]
@@ -224,6 +221,12 @@ class DFlashProposer(SpecDecodeBaseProposer):
         else:
             seconds = b - a
         self.policy.on_draft_time(seconds, block_tokens)
+
+    def _skip_forward(self, features, positions, slot_mapping, num_tokens: int) -> None:
+        """The one K = 0 step (every request submits 0 drafts): no drafter forward; the context
+        K/V of the tokens just verified is queued, to be written before the next block forward."""
+        self._write_context(features, positions, slot_mapping, num_tokens, defer=True)
+        self.num_skipped_forwards += 1
 
     def _write_context(self, features, positions, slot_mapping, num_tokens: int, defer: bool) -> None:
         """Context K/V of the tokens the target just ran. Deferred on steps that skip the drafter
@@ -290,12 +293,11 @@ class DFlashProposer(SpecDecodeBaseProposer):
             k, self._planned_q = self._planned_q, None
             if k is None:  # not planned by _plan_then_propose (a caller other than the runner's step)
                 k = self._plan(num_reqs, num_tokens, num_speculative_tokens, sampling_metadata)
-        # Every verified token's context K/V is written before any later block reads it; on a
-        # step without a drafter forward the write is deferred and batched with later ones.
-        self._write_context(target_hidden_states, target_positions, cad.slot_mapping, num_tokens, defer=k == 0)
-        if k == 0:  # every request submits 0 drafts: no drafter forward this step
-            self.num_skipped_forwards += 1
+        if k == 0:  # every request submits 0 drafts (reached here under async scheduling or another caller)
+            self._skip_forward(target_hidden_states, target_positions, cad.slot_mapping, num_tokens)
             return torch.empty(num_reqs, 0, dtype=torch.int64, device=self.device)
+        # Every verified token's context K/V is written before any later block reads it.
+        self._write_context(target_hidden_states, target_positions, cad.slot_mapping, num_tokens, defer=False)
         self.num_drafter_forwards += 1
         cuda = self.device.type == "cuda"
         if cuda:

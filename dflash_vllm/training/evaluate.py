@@ -19,7 +19,7 @@ def evaluate(target: str, drafter: str | None, num_prompts: int = 64, k: int = 1
              native: bool = False, max_num_seqs: int = 32) -> dict:
     from transformers import AutoTokenizer
 
-    from ..bench.prompts import chat_ids
+    from ..prompts import chat_ids
     from ..harness import run_job_subprocess
 
     tok = AutoTokenizer.from_pretrained(target)

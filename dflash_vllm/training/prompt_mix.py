@@ -5,7 +5,7 @@ made in a second pass from the target's own first answers (`follow_ups`).
 
     python -m dflash_vllm.training.prompt_mix --n 1600 --out data.jsonl
 
-The held-out evaluation prompts (`dflash_vllm.bench.prompts.FREE` and `REAL_CHAT`) are written by
+The held-out evaluation prompts (`dflash_vllm.prompts.FREE` and `FREE_CHAT`) are written by
 hand in other words; `tests/unit/test_prompt_mix.py` checks none of them is generated here.
 """
 

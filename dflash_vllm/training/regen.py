@@ -13,6 +13,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from dataclasses import dataclass
+
+from ..options import add_options, opt, parse_into
 
 
 def regenerate(target: str, prompts: list, out: str, max_tokens: int = 256, temperature: float = 0.0,
@@ -21,7 +24,7 @@ def regenerate(target: str, prompts: list, out: str, max_tokens: int = 256, temp
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
-    from ..bench.prompts import chat_ids
+    from ..prompts import chat_ids
 
     tok = AutoTokenizer.from_pretrained(target)
     ids = [chat_ids(tok, p) for p in prompts]
@@ -56,23 +59,32 @@ def regenerate(target: str, prompts: list, out: str, max_tokens: int = 256, temp
     return len(ids)
 
 
-def main(argv=None):
-    from ..bench.prompts import read_conversations
+@dataclass
+class RegenJob:
+    """One `dflash-vllm regen` run; every field is an option."""
 
-    ap = argparse.ArgumentParser(prog="dflash-vllm regen", description=__doc__)
-    ap.add_argument("--target", required=True)
-    ap.add_argument("--prompts", required=True)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--max-tokens", type=int, default=256)
-    ap.add_argument("--temperature", type=float, default=0.0)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--max-model-len", type=int, default=2048)
-    ap.add_argument("--chunk", type=int, default=256, help="prompts per chunk written (resume granularity)")
-    ap.add_argument("--enforce-eager", action="store_true", help="skip torch.compile (start-up minutes on CPU; small jobs)")
-    args = ap.parse_args(argv)
-    n = regenerate(args.target, read_conversations(args.prompts), args.out, args.max_tokens, args.temperature, args.seed,
-                   chunk=args.chunk, max_model_len=args.max_model_len, enforce_eager=args.enforce_eager)
-    print(f"wrote {n} target responses to {args.out}")
+    target: str = opt(help="HF target model directory", required=True)
+    prompts: str = opt(help=".jsonl ({prompt} or {messages} per line) or a text file, one prompt per line", required=True)
+    out: str = opt(help="output jsonl (prompt_ids, response_ids); a rerun resumes after its last complete chunk",
+                   required=True)
+    max_tokens: int = opt(256, "answer length cap")
+    temperature: float = opt(0.0, "0: greedy (the target's own argmax answers)")
+    seed: int = opt(0, "sampling seed (temperature > 0)")
+    max_model_len: int = opt(2048, "vLLM max_model_len")
+    chunk: int = opt(256, "prompts per chunk written (resume granularity)")
+    enforce_eager: bool = opt(False, "skip torch.compile (start-up minutes on CPU; small jobs)")
+
+
+def main(argv=None):
+    from ..prompts import read_conversations
+
+    ap = argparse.ArgumentParser(prog="dflash-vllm regen", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_options(ap, RegenJob)
+    job = parse_into(RegenJob, ap.parse_args(argv))
+    n = regenerate(job.target, read_conversations(job.prompts), job.out, job.max_tokens, job.temperature, job.seed,
+                   chunk=job.chunk, max_model_len=job.max_model_len, enforce_eager=job.enforce_eager)
+    print(f"wrote {n} target responses to {job.out}")
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from ..config import DFlashConfigError, DrafterConfig, default_target_layer_ids
+from ..options import add_options, opt, parse_into
 from ..torch_drafter import DFlashDrafter, target_layer_outputs
 
 # Loss decay per block size (paper appendix): w_k = exp(-(k-1)/lambda).
@@ -33,23 +34,42 @@ DEFAULT_LAMBDA = {16: 7.0, 10: 5.0, 8: 4.0}
 
 @dataclass
 class Recipe:
-    """The training recipe; saved beside the checkpoint."""
+    """The training recipe; saved beside the checkpoint. Each field is also a `dflash-vllm train` option."""
 
-    block_size: int = 16
-    num_draft_layers: int = 2
-    num_anchors: int = 16  # blocks per sequence per step
-    decay: float | None = None  # lambda; None = paper default for the block size; 0 = uniform
-    random_anchors: bool = True  # False: fixed block boundaries (ablation)
-    inject_every_layer: bool = True  # False: input-only fusion (ablation)
-    lr: float = 6e-4
-    warmup_ratio: float = 0.04
-    grad_clip: float = 1.0
-    weight_decay: float = 0.0
-    epochs: float = 1.0
-    batch_size: int = 8
-    seed: int = 0
-    target_layer_ids: list[int] | None = None
-    loss_positions: int = 0  # train on mask positions 1..N only (0: all B-1); the block stays B at serving
+    block_size: int = opt(16, "block size B: the anchor and B - 1 mask positions")
+    num_draft_layers: int = opt(2, "drafter layers")
+    num_anchors: int = opt(16, "blocks per sequence per step")
+    decay: float | None = opt(None, "loss decay lambda in exp(-(k-1)/lambda); unset: the paper's for the block size; 0: uniform")
+    random_anchors: bool = opt(True, "false: fixed block boundaries (ablation)")
+    inject_every_layer: bool = opt(True, "false: target features fused into the input only (ablation; not servable)")
+    lr: float = opt(6e-4, "peak learning rate (AdamW, cosine)")
+    warmup_ratio: float = opt(0.04, "share of the steps in linear warm-up")
+    grad_clip: float = opt(1.0, "gradient-norm clip")
+    weight_decay: float = opt(0.0, "AdamW weight decay")
+    epochs: float = opt(1.0, "passes over the data (when --max-steps is unset)")
+    batch_size: int = opt(8, "sequences per step")
+    seed: int = opt(0, "data order and initialisation")
+    target_layer_ids: list[int] | None = opt(None, "target layers whose outputs the drafter reads; unset: spread from 1 to L - 3")
+    loss_positions: int = opt(0, "train on mask positions 1..N only (0: all B - 1); the block stays B at serving")
+
+
+@dataclass
+class TrainJob:
+    """What one `dflash-vllm train` run reads and writes (the recipe is separate: it is saved)."""
+
+    target: str = opt(help="HF target model directory", required=True)
+    data: str = opt(help="jsonl from `dflash-vllm regen` (prompt_ids, response_ids)", required=True)
+    out: str = opt(help="output directory: checkpoint, record, train_state.pt (a rerun resumes)", required=True)
+    max_steps: int | None = opt(None, "steps (unset: --epochs over the data)")
+    mask_token_id: int | None = opt(None, "the mask token id (unset: the tokenizer's <|mask|>, else its pad token)")
+    threads: int = opt(0, "torch threads (0: torch's default)")
+    feature_cache: str | None = opt(None, "directory: compute target features once, read them back")
+    feature_cache_dtype: str = opt("float32", "storage dtype of cached features (float16 halves the disk, at a small rounding)",
+                                   choices=["float32", "float16", "bfloat16"])
+    eval_data: str | None = opt(None, "held-out jsonl (same format as --data): offline greedy tau")
+    eval_every: int = opt(0, "steps between offline tau evaluations (0: never)")
+    snapshot_every: int = opt(0, "keep a servable drafter every N steps in OUT/step-N")
+    init_from: str | None = opt(None, "drafter checkpoint to start from (a longer run on top of a shorter one)")
 
 
 def loss_weights(block_size: int, decay: float | None, positions: int = 0) -> torch.Tensor:
@@ -396,33 +416,14 @@ def train(target_path: str, data_path: str, out: str, recipe: Recipe, mask_token
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="dflash-vllm train", description="Train a DFlash drafter (paper recipe).")
-    ap.add_argument("--target", required=True, help="HF target model directory")
-    ap.add_argument("--data", required=True, help="jsonl from `dflash-vllm regen` (prompt_ids, response_ids)")
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--max-steps", type=int, default=None)
-    ap.add_argument("--mask-token-id", type=int, default=None)
-    ap.add_argument("--threads", type=int, default=0)
-    ap.add_argument("--feature-cache", default=None, help="directory: compute target features once, read them back")
-    ap.add_argument("--eval-data", default=None, help="held-out jsonl (same format as --data): offline greedy tau")
-    ap.add_argument("--eval-every", type=int, default=0, help="steps between offline tau evaluations (0: never)")
-    ap.add_argument("--snapshot-every", type=int, default=0, help="keep a servable drafter every N steps in OUT/step-N")
-    ap.add_argument("--init-from", default=None, help="drafter checkpoint to start from (a longer run on top of a shorter one)")
-    ap.add_argument("--feature-cache-dtype", default="float32", choices=["float32", "float16", "bfloat16"],
-                    help="storage dtype of cached features (float16 halves the disk, at a small rounding)")
-    for name, field in Recipe.__dataclass_fields__.items():
-        default = field.default
-        if name == "target_layer_ids":
-            ap.add_argument("--target-layer-ids", type=lambda s: [int(x) for x in s.split(",")], default=None)
-        elif isinstance(default, bool):
-            ap.add_argument(f"--{name.replace('_', '-')}", type=lambda s: s.lower() in ("1", "true", "yes"), default=default)
-        else:
-            ap.add_argument(f"--{name.replace('_', '-')}", type=type(default) if default is not None else float, default=default)
+    add_options(ap, TrainJob)
+    add_options(ap.add_argument_group("recipe (saved beside the checkpoint)"), Recipe)
     args = ap.parse_args(argv)
-    recipe = Recipe(**{k: getattr(args, k) for k in Recipe.__dataclass_fields__})
-    record = train(args.target, args.data, args.out, recipe, args.mask_token_id, args.max_steps, threads=args.threads,
-                   feature_cache=args.feature_cache, feature_cache_dtype=args.feature_cache_dtype,
-                   eval_data=args.eval_data, eval_every=args.eval_every, snapshot_every=args.snapshot_every,
-                   init_from=args.init_from)
+    job, recipe = parse_into(TrainJob, args), parse_into(Recipe, args)
+    record = train(job.target, job.data, job.out, recipe, job.mask_token_id, job.max_steps, threads=job.threads,
+                   feature_cache=job.feature_cache, feature_cache_dtype=job.feature_cache_dtype,
+                   eval_data=job.eval_data, eval_every=job.eval_every, snapshot_every=job.snapshot_every,
+                   init_from=job.init_from)
     print(json.dumps({k: v for k, v in record.items() if k != "loss_curve_every_20"}, indent=1))
 
 

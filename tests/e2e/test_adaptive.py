@@ -39,7 +39,7 @@ def demo_workload():
     """The demo pair on held-out task prompts, EOS honoured: acceptance is high (tau ~6.5 at K=15)."""
     from transformers import AutoTokenizer
 
-    from dflash_vllm.bench.prompts import prompt_set
+    from dflash_vllm.prompts import prompt_set
 
     tok = AutoTokenizer.from_pretrained(os.path.join(DEMO, "target"))
     _, ids = prompt_set("tasks", tok, 16)

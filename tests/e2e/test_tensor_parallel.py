@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from dflash_vllm.bench.prompts import chat_ids
+from dflash_vllm.prompts import chat_ids
 from dflash_vllm.harness import run_job_subprocess
 
 from ..conftest import first_divergence

@@ -8,10 +8,10 @@ import sys
 
 import pytest
 
+from dflash_vllm import envs
 from dflash_vllm.fixes import cpu_onednn_cache
 
 pytestmark = pytest.mark.unit
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_default_set_only_when_the_user_has_none(monkeypatch):
@@ -29,20 +29,17 @@ def test_plugin_sets_it_when_vllm_ops_load():
     code = ("import os\nfrom dflash_vllm import _plugin\n_plugin.register()\n"
             "print(os.environ.get('ONEDNN_PRIMITIVE_CACHE_CAPACITY'))\n"
             "import vllm._custom_ops\nprint(os.environ.get('ONEDNN_PRIMITIVE_CACHE_CAPACITY'))\n")
-    env = {k: v for k, v in os.environ.items() if k not in (cpu_onednn_cache.ENV, "DFLASH_VLLM_NATIVE")}
+    env = {k: v for k, v in os.environ.items() if k not in (cpu_onednn_cache.ENV, envs.NATIVE.name)}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split()[-2:] == ["None", str(cpu_onednn_cache.CAPACITY)], out.stdout
 
 
-@pytest.mark.slow  # ~1 min; bench/onednn_cache.py is the full-size reproduction
+@pytest.mark.slow  # ~1 min; `dflash-vllm bench onednn-cache` is the full-size reproduction
 def test_bounded_cache_holds_less_memory():
     """The reproduction at small scale: oneDNN's default cache keeps growing with distinct
     batch sizes; at the add-on's capacity the same load holds far less."""
-    sys.path.insert(0, os.path.join(REPO, "bench"))
-    try:
-        import onednn_cache
-    finally:
-        sys.path.pop(0)
+    from dflash_vllm.bench import onednn_cache
+
     default = onednn_cache.run(None, layers=8, m_step=4, passes=2)
     bounded = onednn_cache.run(str(cpu_onednn_cache.CAPACITY), layers=8, m_step=4, passes=2)
     assert default[-1]["rss_growth_mib"] > 2 * bounded[-1]["rss_growth_mib"] + 50, (default, bounded)

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from dflash_vllm.bench.prompts import chat_ids, prompt_set, read_conversations
+from dflash_vllm.prompts import chat_ids, prompt_set, read_conversations
 from dflash_vllm.config import DFlashConfigError
 
 pytestmark = pytest.mark.unit

@@ -45,7 +45,7 @@ def test_converted_target_is_the_instruct_llama_and_rerun_is_a_no_op():
 
 
 def test_prompt_mix_is_diverse_and_holds_no_evaluation_prompt():
-    from dflash_vllm.bench.prompts import FREE, FREE_CHAT
+    from dflash_vllm.prompts import FREE, FREE_CHAT
     from dflash_vllm.training.prompt_mix import follow_ups, make_prompts
 
     prompts = make_prompts(1400)

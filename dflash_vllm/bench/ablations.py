@@ -1,6 +1,6 @@
 """Small-scale ablations in the spirit of the paper's Tables 7, 9 and 13, on the demo target.
 
-    .venv/bin/python bench/ablations.py [--steps 500]   # ~25 min on 2 cores
+    dflash-vllm bench ablations [--steps 500]   # ~25 min on 2 cores
 
 Every variant is trained with the same data (the demo target's own answers to 6,000 task
 prompts), seed and step budget, then measured with the reference loop (greedy, 64 held-out
@@ -15,7 +15,7 @@ import argparse
 import json
 import os
 
-from dflash_vllm.paths import DEMO_TARGET, results_dir
+from ..paths import DEMO_TARGET, results_dir
 
 VARIANTS = {  # name: (work-dir slug, recipe overrides, serving K values)
     "baseline (KV in every layer, random anchors, decayed loss, B=16)": ("baseline", {}, [15, 7]),
@@ -27,10 +27,10 @@ VARIANTS = {  # name: (work-dir slug, recipe overrides, serving K values)
 
 
 def tau_reference(target, drafter, tok, k: int, n: int = 64) -> float:
-    from dflash_vllm.acceptance import tau
-    from dflash_vllm.bench.prompts import chat_ids
-    from dflash_vllm.reference import generate
-    from dflash_vllm.training.tasks import make_samples
+    from ..acceptance import tau
+    from ..reference import generate
+    from ..training.tasks import make_samples
+    from ..prompts import chat_ids
 
     acc = []
     for s in make_samples(n, seed=101):
@@ -43,10 +43,10 @@ def main(argv=None):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from dflash_vllm.torch_drafter import DFlashDrafter
-    from dflash_vllm.training.trainer import Recipe, train
+    from ..torch_drafter import DFlashDrafter
+    from ..training.trainer import Recipe, train
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="dflash-vllm bench ablations", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=500)
     ap.add_argument("--data", default="/tmp/dflash-demo/regen.jsonl", help="from deploy/demo/make_demo.sh step 2")
     ap.add_argument("--work", default="/tmp/dflash-ablations")
@@ -75,6 +75,7 @@ def main(argv=None):
     print("\n| variant | served K | tau | final loss |\n|---|---|---|---|")
     for r in rows:
         print(f"| {r['variant']} | {r['served_k']} | {r['tau']:.2f} | {r['final_loss']:.3f} |")
+    return 0
 
 
 if __name__ == "__main__":

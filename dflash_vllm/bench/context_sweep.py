@@ -1,6 +1,6 @@
 """Draft time per engine step against context length: ours vs vLLM's native DFlash, same weights.
 
-    .venv/bin/python bench/context_sweep.py [--contexts 256,2048,8192] [--batches 1,8] [--passes 2]
+    dflash-vllm bench context-sweep [--contexts 256,2048,8192] [--batches 1,8] [--passes 2]
 
 A tiny random long-context target (Qwen3 shape: hidden 256, 4 heads / 2 KV heads, head_dim
 64, 4 layers, 16K positions) and a random 2-layer drafter for it, made once under
@@ -24,17 +24,18 @@ import json
 import os
 import random
 import statistics
-import sys
+
+from .. import envs
 
 METHODS = {
     "ours": {},
-    "ours-pytorch": {"env": {"DFLASH_VLLM_CPU_ATTN": "0"}},
+    "ours-pytorch": {"env": {envs.CPU_ATTN.name: "0"}},
     "native": {"native": True},
 }
 
 
 def make_pair(work: str) -> tuple[str, str]:
-    from dflash_vllm.tiny import make_tiny_drafter, make_tiny_target
+    from ..tiny import make_tiny_drafter, make_tiny_target
 
     target = make_tiny_target(os.path.join(work, "target"), vocab_size=4096, hidden_size=256, num_layers=4,
                               num_heads=4, num_kv_heads=2, head_dim=64, max_position_embeddings=16384)
@@ -59,10 +60,10 @@ def draft_ms(res: dict) -> dict:
 
 
 def main(argv=None) -> int:
-    from dflash_vllm.bench.runner import Worker, provenance
-    from dflash_vllm.paths import results_dir
+    from ..paths import results_dir
+    from .runner import Worker, provenance
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="dflash-vllm bench context-sweep", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--contexts", default="256,2048,8192")
     ap.add_argument("--batches", default="1,8")
     ap.add_argument("--methods", default=",".join(METHODS))
@@ -139,6 +140,3 @@ def main(argv=None) -> int:
     print(f"wrote {args.out}")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

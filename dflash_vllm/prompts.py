@@ -1,4 +1,6 @@
-"""Prompt sets for the benchmark, tokenized with the target's own chat template.
+"""Prompts: the built-in sets (bench, demo, soak, the held-out tau curve), the one reader of
+prompt files (`read_conversations`) and the one tokenizer of conversations (`chat_ids`, the
+target's own chat template), used by bench, regen, evaluation and the demo alike.
 
 Built-in sets (the demo task suite, held-out seeds: neither the target's, the drafter's nor the
 tests' data):
@@ -19,8 +21,8 @@ from __future__ import annotations
 import json
 import random
 
-from ..config import DFlashConfigError
-from ..training.tasks import FAMILIES, make_samples
+from .config import DFlashConfigError
+from .training.tasks import FAMILIES, make_samples
 
 BUILTIN = (*FAMILIES, "tasks", "chat", "free", "freechat")
 
@@ -87,7 +89,7 @@ FREE_CHAT = (
 _SEED = 707
 
 
-def _messages(name: str, n: int) -> list[list[dict]]:
+def conversations(name: str, n: int) -> list[list[dict]]:
     if name in FAMILIES:
         return [[{"role": "user", "content": s.prompt}] for s in make_samples(n, _SEED + FAMILIES.index(name), (name,))]
     if name == "tasks":
@@ -159,5 +161,5 @@ def chat_ids(tokenizer, conv) -> list[int]:
 def prompt_set(spec: str, tokenizer, n: int) -> tuple[str, list[list[int]]]:
     """(name, n tokenized prompts) for a built-in name or NAME=PATH."""
     name, _, path = spec.partition("=")
-    convs = _from_file(path, n) if path else _messages(name, n)
+    convs = _from_file(path, n) if path else conversations(name, n)
     return name, [chat_ids(tokenizer, msgs) for msgs in convs]

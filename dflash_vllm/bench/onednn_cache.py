@@ -2,7 +2,7 @@
 against the number of distinct batch sizes, at oneDNN's default primitive-cache capacity and at
 the add-on's default (64).
 
-    .venv/bin/python bench/onednn_cache.py [--layers 24] [--m-step 3] [--passes 3] [--json OUT]
+    dflash-vllm bench onednn-cache [--layers 24] [--m-step 3] [--passes 3] [--json OUT]
 
 Each capacity runs in its own process (oneDNN reads ONEDNN_PRIMITIVE_CACHE_CAPACITY once):
 ``--layers`` linears of 4 shapes (a small Qwen3 layer's qkv / o / gate_up / down, hidden 256)
@@ -23,6 +23,8 @@ import random
 import subprocess
 import sys
 import time
+
+from .. import envs
 
 SHAPES = [(768, 256), (256, 256), (1536, 256), (256, 768)]  # (out, in)
 
@@ -54,16 +56,16 @@ def child(layers: int, m_step: int, passes: int) -> list[dict]:
 
 def run(capacity: str | None, layers: int, m_step: int, passes: int) -> list[dict]:
     env = dict(os.environ)
-    env.pop("ONEDNN_PRIMITIVE_CACHE_CAPACITY", None)
+    env.pop(envs.ONEDNN_CACHE.name, None)
     if capacity is not None:
-        env["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = capacity
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", str(layers), str(m_step), str(passes)]
+        env[envs.ONEDNN_CACHE.name] = capacity
+    cmd = [sys.executable, "-m", __name__, "--child", str(layers), str(m_step), str(passes)]
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="dflash-vllm bench onednn-cache", description=__doc__.splitlines()[0])
     ap.add_argument("--layers", type=int, default=24)
     ap.add_argument("--m-step", type=int, default=3)
     ap.add_argument("--passes", type=int, default=3)
@@ -73,7 +75,7 @@ def main(argv=None) -> int:
     if a.child:
         print(json.dumps(child(*a.child)))
         return 0
-    from dflash_vllm.fixes.cpu_onednn_cache import CAPACITY
+    from ..fixes.cpu_onednn_cache import CAPACITY
 
     result = {}
     for label, cap in (("onednn default (1024)", None), (f"dflash-vllm default ({CAPACITY})", str(CAPACITY))):
