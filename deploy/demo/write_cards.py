@@ -33,7 +33,7 @@ def reference_accepted(target_dir: str, drafter_dir: str, n: int = 64) -> list[l
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from dflash_vllm.bench.prompts import chat_ids
+    from dflash_vllm.prompts import chat_ids
     from dflash_vllm.reference import generate
     from dflash_vllm.torch_drafter import DFlashDrafter
     from dflash_vllm.training.tasks import make_samples
