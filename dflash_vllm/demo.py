@@ -21,8 +21,10 @@ import sys
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from .acceptance import tau_from_counters
+from .options import add_options, opt, parse_into
 
 from .paths import DEMO_DRAFTER, DEMO_TARGET, SMOL_DRAFTER, SMOL_TARGET
 
@@ -129,20 +131,24 @@ def _delta(before: dict, after: dict, name: str) -> float:
     return metric_sum(after, name) - metric_sum(before, name)
 
 
+@dataclass
+class DemoOptions:
+    pair: str = opt("tasks", "tasks: the shipped templated demo pair (default); smollm2: SmolLM2-135M-Instruct and its "
+                    "drafter from deploy/smollm2/make_drafter.sh", choices=["tasks", "smollm2"])
+    target: str | None = opt(None, "override the pair's target directory")
+    drafter: str | None = opt(None, "override the pair's drafter directory")
+    num_speculative_tokens: int = opt(15, "drafts per step (K)")
+    num_prompts: int | None = opt(None, "held-out prompts (default: 12 for smollm2, 16 for tasks)")
+    concurrency: int = opt(1, "requests in flight")
+    max_tokens: int = opt(128, "tokens per completion at most")
+    show: int = opt(3, "completions to print")
+    json: str | None = opt(None, "also write the measurements to this file")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="dflash-vllm demo", description=__doc__)
-    ap.add_argument("--pair", choices=["tasks", "smollm2"], default="tasks",
-                    help="tasks: the shipped templated demo pair (default); smollm2: SmolLM2-135M-Instruct and its "
-                         "drafter from deploy/smollm2/make_drafter.sh")
-    ap.add_argument("--target", default=None, help="override the pair's target directory")
-    ap.add_argument("--drafter", default=None, help="override the pair's drafter directory")
-    ap.add_argument("--num-speculative-tokens", type=int, default=15)
-    ap.add_argument("--num-prompts", type=int, default=None, help="default: 12 (smollm2), 16 (tasks)")
-    ap.add_argument("--concurrency", type=int, default=1)
-    ap.add_argument("--max-tokens", type=int, default=128)
-    ap.add_argument("--show", type=int, default=3, help="completions to print")
-    ap.add_argument("--json", default=None, help="also write the measurements to this file")
-    args = ap.parse_args(argv)
+    add_options(ap, DemoOptions)
+    args = parse_into(DemoOptions, ap.parse_args(argv))
     target = args.target or (SMOL_TARGET if args.pair == "smollm2" else DEMO_TARGET)
     drafter = args.drafter or (SMOL_DRAFTER if args.pair == "smollm2" else DEMO_DRAFTER)
     for what, path in (("target", target), ("drafter", drafter)):

@@ -30,9 +30,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 
 from . import envs
 from .acceptance import tau_from_counters
+from .options import add_options, opt, parse_into
 
 V1_RUNNER = "vllm.v1.worker.gpu_model_runner.GPUModelRunner"
 V2_RUNNER = "vllm.v1.worker.gpu.model_runner.GPUModelRunner"
@@ -282,18 +284,23 @@ def sweep(models: dict, concurrency=(1, 8, 32), on_cuda: bool = True, smoke: boo
                       "config": {"k": 7, "max_tokens": max_tokens, "engine": engine}}}
 
 
+@dataclass
+class GpuCheck:
+    out: str = opt("bench/results/gpu-check.json", "result JSON")
+    models: str | None = opt(None, "where to make the small models (default: a temp dir)")
+    only: str = opt("lossless,sampling,sweep", "comma list of: lossless, sampling, sweep")
+    concurrency: str = opt("1,8,32", "concurrencies of the sweep")
+    smoke: bool = opt(False, "tiny sizes (tests the script; also on CPU)")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--engine-job"]:
         _engine_main(argv[1], argv[2])
         return 0
     ap = argparse.ArgumentParser(prog="python -m dflash_vllm.gpu_check")
-    ap.add_argument("--out", default="bench/results/gpu-check.json")
-    ap.add_argument("--models", default=None, help="where to make the small models (default: a temp dir)")
-    ap.add_argument("--only", default="lossless,sampling,sweep", help="comma list of: lossless, sampling, sweep")
-    ap.add_argument("--concurrency", default="1,8,32")
-    ap.add_argument("--smoke", action="store_true", help="tiny sizes (tests the script; also on CPU)")
-    args = ap.parse_args(argv)
+    add_options(ap, GpuCheck)
+    args = parse_into(GpuCheck, ap.parse_args(argv))
     import torch
 
     on_cuda = torch.cuda.is_available()

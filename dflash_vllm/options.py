@@ -12,8 +12,10 @@ in a result), so a flag and the record of it cannot drift apart.
 
     ap = argparse.ArgumentParser(); add_options(ap, Job); job = parse_into(Job, ap.parse_args())
 
-Types: int, float, str, bool (``--flag``, ``--flag true|false``), ``list[int]`` (comma-separated)
-and any of them ``| None``. ``choices`` and ``metavar`` pass through to argparse.
+Types: int, float, str, bool (``--flag``, ``--flag true|false``), ``list[int]`` (comma-separated),
+``list[str]`` (the option repeated, or ``nargs`` values after it) and any of them ``| None``.
+``choices``, ``metavar`` and ``nargs`` pass through to argparse; ``positional=True`` makes a
+bare word (a mode) of a required field.
 """
 
 from __future__ import annotations
@@ -27,10 +29,14 @@ from typing import Any
 _MISSING = dataclasses.MISSING
 
 
-def opt(default: Any = _MISSING, help: str = "", *, required: bool = False, choices=None, metavar=None):  # noqa: A002
-    meta = {"help": help, "required": required, "choices": choices, "metavar": metavar}
+def opt(default: Any = _MISSING, help: str = "", *, required: bool = False, choices=None, metavar=None,  # noqa: A002
+        nargs=None, positional: bool = False):
+    meta = {"help": help, "required": required, "choices": choices, "metavar": metavar, "nargs": nargs,
+            "positional": positional}
     if required:
         return dataclasses.field(default=None, metadata=meta)
+    if isinstance(default, list):
+        return dataclasses.field(default_factory=lambda: list(default), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
 
 
@@ -66,7 +72,7 @@ def add_options(parser: argparse.ArgumentParser, cls, *, skip: tuple[str, ...] =
             continue
         meta = f.metadata or {}
         tp, _ = _base(hints[f.name])
-        default = None if f.default is _MISSING else f.default
+        default = f.default_factory() if f.default_factory is not _MISSING else None if f.default is _MISSING else f.default
         kw: dict[str, Any] = {"dest": f.name, "help": meta.get("help") or None}
         if meta.get("choices"):
             kw["choices"] = meta["choices"]
@@ -78,13 +84,23 @@ def add_options(parser: argparse.ArgumentParser, cls, *, skip: tuple[str, ...] =
             kw["default"] = default
         if tp is bool:
             kw.update(type=_bool, nargs="?", const=True, metavar=kw.get("metavar", "true|false"))
+        elif typing.get_origin(tp) is list and typing.get_args(tp) == (str,):
+            if meta.get("nargs"):  # a fixed number of values after one option
+                kw.update(nargs=meta["nargs"])
+            else:  # the option repeated
+                kw.update(action="append")
         elif typing.get_origin(tp) is list:
             kw.update(type=_int_list, metavar=kw.get("metavar", "N,N,..."))
         elif tp in (int, float, str):
             kw["type"] = tp
         else:
             raise TypeError(f"{cls.__name__}.{f.name}: no command-line form for {tp}")
-        parser.add_argument("--" + f.name.replace("_", "-"), **kw)
+        if meta.get("positional"):  # a bare word (e.g. a mode) rather than --name
+            kw.pop("dest")
+            kw.pop("required", None)
+            parser.add_argument(f.name, **kw)
+        else:
+            parser.add_argument("--" + f.name.replace("_", "-"), **kw)
 
 
 def parse_into(cls, args: argparse.Namespace, **overrides):

@@ -126,7 +126,7 @@ PATCHES: tuple[Patch, ...] = (
         "plain-decode path: no spec-decode metadata, no rejection sampler); a step where every "
         "request submits 0 drafts skips the drafter's input preparation (proposers/dflash.py)",
         "K = 0 steps cost a plain decode step plus ~1.7 ms of 0-draft speculative bookkeeping on CPU "
-        "(demo pair, c=1: 8.4 vs 6.7 ms; `dflash-vllm bench profile step k0`, `dflash-vllm bench run --methods none,ours@k=0 --prompt-sets free`)",
+        "(demo pair, c=1: 8.4 vs 6.7 ms; `dflash-vllm bench profile k0`, `dflash-vllm bench run --methods none,ours@k=0 --prompt-sets free`)",
         "0.32", "when vLLM skips spec-decode bookkeeping for steps without drafts",
     ),
     Patch(

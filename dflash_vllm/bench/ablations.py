@@ -14,7 +14,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from dataclasses import dataclass
 
+from ..options import add_options, opt, parse_into
 from ..paths import DEMO_TARGET, results_dir
 
 VARIANTS = {  # name: (work-dir slug, recipe overrides, serving K values)
@@ -39,6 +41,13 @@ def tau_reference(target, drafter, tok, k: int, n: int = 64) -> float:
     return tau(acc)
 
 
+@dataclass
+class Ablations:
+    steps: int = opt(500, "training steps per variant")
+    data: str = opt("/tmp/dflash-demo/regen.jsonl", "training data, from deploy/demo/make_demo.sh step 2")
+    work: str = opt("/tmp/dflash-ablations", "where the variants are trained (a finished one is reused)")
+
+
 def main(argv=None):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -47,10 +56,8 @@ def main(argv=None):
     from ..training.trainer import Recipe, train
 
     ap = argparse.ArgumentParser(prog="dflash-vllm bench ablations", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", type=int, default=500)
-    ap.add_argument("--data", default="/tmp/dflash-demo/regen.jsonl", help="from deploy/demo/make_demo.sh step 2")
-    ap.add_argument("--work", default="/tmp/dflash-ablations")
-    args = ap.parse_args(argv)
+    add_options(ap, Ablations)
+    args = parse_into(Ablations, ap.parse_args(argv))
     target_dir = DEMO_TARGET
     tok = AutoTokenizer.from_pretrained(target_dir)
     target = AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.float32).eval()

@@ -24,8 +24,10 @@ import json
 import os
 import random
 import statistics
+from dataclasses import dataclass
 
 from .. import envs
+from ..options import add_options, opt, parse_into
 
 METHODS = {
     "ours": {},
@@ -59,20 +61,26 @@ def draft_ms(res: dict) -> dict:
             "step_ms": 1e3 * statistics.mean(s["seconds"] for s in decode), "steps": len(decode)}
 
 
+@dataclass
+class ContextSweep:
+    contexts: str = opt("256,2048,8192", "prompt lengths in tokens, comma-separated")
+    batches: str = opt("1,8", "requests at once, comma-separated")
+    methods: str = opt(",".join(METHODS), f"comma-separated, of {', '.join(METHODS)}")
+    passes: int = opt(2, "passes over all cells (order reversed on every other)")
+    max_tokens: int = opt(24, "new tokens per request (EOS ignored)")
+    k: int = opt(15, "drafts per step")
+    work: str = opt("/tmp/dflash-context-sweep", "where the tiny pair is made (once)")
+    out: str | None = opt(None, "result JSON (default bench/results/context_sweep.json)")
+
+
 def main(argv=None) -> int:
     from ..paths import results_dir
     from .runner import Worker, provenance
 
     ap = argparse.ArgumentParser(prog="dflash-vllm bench context-sweep", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--contexts", default="256,2048,8192")
-    ap.add_argument("--batches", default="1,8")
-    ap.add_argument("--methods", default=",".join(METHODS))
-    ap.add_argument("--passes", type=int, default=2)
-    ap.add_argument("--max-tokens", type=int, default=24)
-    ap.add_argument("--k", type=int, default=15)
-    ap.add_argument("--work", default="/tmp/dflash-context-sweep", help="where the tiny pair is made (once)")
-    ap.add_argument("--out", default=os.path.join(results_dir(), "context_sweep.json"))
-    args = ap.parse_args(argv)
+    add_options(ap, ContextSweep)
+    args = parse_into(ContextSweep, ap.parse_args(argv))
+    args.out = args.out or os.path.join(results_dir(), "context_sweep.json")
     contexts = [int(x) for x in args.contexts.split(",")]
     batches = [int(x) for x in args.batches.split(",")]
     methods = args.methods.split(",")

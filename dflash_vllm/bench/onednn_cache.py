@@ -23,8 +23,10 @@ import random
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 
 from .. import envs
+from ..options import add_options, opt, parse_into
 
 SHAPES = [(768, 256), (256, 256), (1536, 256), (256, 768)]  # (out, in)
 
@@ -64,17 +66,22 @@ def run(capacity: str | None, layers: int, m_step: int, passes: int) -> list[dic
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
+@dataclass
+class OnednnRepro:
+    layers: int = opt(24, "linears, cycling through 4 shapes of a small Qwen3 layer")
+    m_step: int = opt(3, "batch sizes 1..1024 in this step")
+    passes: int = opt(3, "passes over all batch sizes (shuffled)")
+    json: str | None = opt(None, "also write the result here")
+
+
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="dflash-vllm bench onednn-cache", description=__doc__.splitlines()[0])
-    ap.add_argument("--layers", type=int, default=24)
-    ap.add_argument("--m-step", type=int, default=3)
-    ap.add_argument("--passes", type=int, default=3)
-    ap.add_argument("--json", default=None)
-    ap.add_argument("--child", nargs=3, type=int, help=argparse.SUPPRESS)
-    a = ap.parse_args(argv)
-    if a.child:
-        print(json.dumps(child(*a.child)))
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--child"]:  # one capacity, in its own process (run() starts it)
+        print(json.dumps(child(*map(int, argv[1:4]))))
         return 0
+    ap = argparse.ArgumentParser(prog="dflash-vllm bench onednn-cache", description=__doc__.splitlines()[0])
+    add_options(ap, OnednnRepro)
+    a = parse_into(OnednnRepro, ap.parse_args(argv))
     from ..fixes.cpu_onednn_cache import CAPACITY
 
     result = {}

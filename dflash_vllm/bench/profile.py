@@ -1,13 +1,13 @@
 """Where the time of a step goes, on the demo pair (CPU, the engine core in this process).
 
     dflash-vllm bench profile draft [--native]          # one drafting call's ops, ours (or native)
-    dflash-vllm bench profile step none|k0|adaptive [--concurrency 64] [--out FILE.prof]
+    dflash-vllm bench profile none|k0|adaptive [--concurrency 64] [--out FILE.prof]   # an engine step
 
 ``draft``: 60 held-out task prompts one at a time; torch.profiler over drafting calls 20..220
 (``propose_draft_token_ids``); prints the mean wall time of a drafting call and the ops' self
 time per call (only ops inside the drafting calls). Session 6 used it to find the dense context
 gather (issue #12).
-``step``: the bench's ``free`` prompts in a closed loop at ``--concurrency`` (a warm-up third,
+``none|k0|adaptive``: the bench's ``free`` prompts in a closed loop at ``--concurrency`` (a warm-up third,
 one unprofiled third, one third under cProfile); prints ms per engine step and writes the
 cProfile stats (compare two with ``python -m pstats``, sorted by cumulative time). ``none`` is
 no speculation, ``k0`` DFlash with K pinned to 0 (the drafter forward skipped), ``adaptive``
@@ -22,8 +22,10 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from dataclasses import dataclass
 
 from .. import envs
+from ..options import add_options, opt, parse_into
 
 
 def _engine(spec: dict | None, max_num_seqs: int):
@@ -127,20 +129,24 @@ def profile_step(mode: str, concurrency: int, out: str) -> None:
     prof.dump_stats(out)
 
 
+@dataclass
+class ProfileJob:
+    what: str = opt(help="draft: one drafting call's ops (torch.profiler); none, k0, adaptive: an engine step "
+                    "under cProfile (no speculation, K pinned to 0, the adaptive policy)", required=True,
+                    positional=True, choices=["draft", "none", "k0", "adaptive"])
+    native: bool = opt(False, "draft: vLLM's built-in DFlash on the same weights")
+    concurrency: int = opt(1, "none/k0/adaptive: requests in flight")
+    out: str | None = opt(None, "none/k0/adaptive: cProfile stats file (default /tmp/dflash-step-WHAT-cC.prof)")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="dflash-vllm bench profile", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="what", required=True)
-    d = sub.add_parser("draft", help="one drafting call's ops (torch.profiler)")
-    d.add_argument("--native", action="store_true", help="vLLM's built-in DFlash on the same weights")
-    s = sub.add_parser("step", help="an engine step under cProfile")
-    s.add_argument("mode", choices=["none", "k0", "adaptive"])
-    s.add_argument("--concurrency", type=int, default=1)
-    s.add_argument("--out", default=None, help="cProfile stats file (default /tmp/dflash-step-MODE-cC.prof)")
-    args = ap.parse_args(argv)
+    add_options(ap, ProfileJob)
+    job = parse_into(ProfileJob, ap.parse_args(argv))
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine core in this process
-    if args.what == "draft":
-        profile_draft(args.native)
+    if job.what == "draft":
+        profile_draft(job.native)
     else:
-        profile_step(args.mode, args.concurrency, args.out or f"/tmp/dflash-step-{args.mode}-c{args.concurrency}.prof")
+        profile_step(job.what, job.concurrency, job.out or f"/tmp/dflash-step-{job.what}-c{job.concurrency}.prof")
     return 0

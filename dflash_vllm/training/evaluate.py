@@ -1,7 +1,7 @@
 """Measure a demo pair through vLLM: target quality on held-out task prompts, and the drafter's
 mean acceptance length tau (greedy, our add-on) on prompts it was not trained on.
 
-    python -m dflash_vllm.training.evaluate --target deploy/demo/target [--drafter deploy/demo/drafter]
+    dflash-vllm evaluate --target deploy/demo/target [--drafter deploy/demo/drafter]
 
 Held-out prompts use task seed 101 (the target trained on seed 0, the drafter's prompts seed 2).
 """
@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass
 
 from ..acceptance import histogram, tau
+from ..options import add_options, opt, parse_into
 from .tasks import distinct_ngram_ratio, loop_fraction, make_samples
 
 
@@ -24,8 +26,7 @@ def evaluate(target: str, drafter: str | None, num_prompts: int = 64, k: int = 1
 
     tok = AutoTokenizer.from_pretrained(target)
     samples = make_samples(num_prompts, seed=101)
-    ids = [chat_ids(tok, s.prompt)
-           for s in samples]
+    ids = [chat_ids(tok, s.prompt) for s in samples]
     reqs = [{"prompt_token_ids": x, "max_tokens": max_tokens, "ignore_eos": False} for x in ids]
     spec = {"method": "dflash", "model": drafter, "num_speculative_tokens": k} if drafter else None
     out = run_job_subprocess({"model": target, "speculative_config": spec, "native": native, "requests": reqs,
@@ -48,16 +49,24 @@ def evaluate(target: str, drafter: str | None, num_prompts: int = 64, k: int = 1
     return report
 
 
+@dataclass
+class EvaluateJob:
+    """One `dflash-vllm evaluate` run."""
+
+    target: str = opt(help="the demo-suite target directory", required=True)
+    drafter: str | None = opt(None, "a DFlash drafter for it (unset: the target alone)")
+    k: int = opt(15, "drafts per step (num_speculative_tokens)")
+    num_prompts: int = opt(64, "held-out task prompts (seed 101)")
+    native: bool = opt(False, "vLLM's built-in DFlash instead of this add-on, same weights")
+    max_num_seqs: int = opt(32, "vLLM max_num_seqs (1: batch 1)")
+
+
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--target", required=True)
-    ap.add_argument("--drafter")
-    ap.add_argument("--k", type=int, default=15)
-    ap.add_argument("--num-prompts", type=int, default=64)
-    ap.add_argument("--native", action="store_true")
-    ap.add_argument("--max-num-seqs", type=int, default=32, help="1 = batch 1")
-    args = ap.parse_args(argv)
-    r = evaluate(args.target, args.drafter, args.num_prompts, args.k, native=args.native, max_num_seqs=args.max_num_seqs)
+    ap = argparse.ArgumentParser(prog="dflash-vllm evaluate", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_options(ap, EvaluateJob)
+    job = parse_into(EvaluateJob, ap.parse_args(argv))
+    r = evaluate(job.target, job.drafter, job.num_prompts, job.k, native=job.native, max_num_seqs=job.max_num_seqs)
     r.pop("per_request_outputs")
     r.pop("accepted_per_request", None)
     print(json.dumps(r, indent=1))

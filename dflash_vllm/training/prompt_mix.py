@@ -3,7 +3,8 @@ can be downloaded): instructions, explanations, factual QA, arithmetic word prob
 rewriting a given passage, advice, comparisons, lists, and several lengths. Multi-turn chats are
 made in a second pass from the target's own first answers (`follow_ups`).
 
-    python -m dflash_vllm.training.prompt_mix --n 1600 --out data.jsonl
+    dflash-vllm prompts --n 1600 --out data.jsonl                  # the mix
+    dflash-vllm prompts --set free,freechat --out heldout.jsonl    # built-in held-out sets
 
 The held-out evaluation prompts (`dflash_vllm.prompts.FREE` and `FREE_CHAT`) are written by
 hand in other words; `tests/unit/test_prompt_mix.py` checks none of them is generated here.
@@ -14,6 +15,9 @@ from __future__ import annotations
 import argparse
 import json
 import random
+from dataclasses import dataclass
+
+from ..options import add_options, opt, parse_into
 
 TOPICS = (
     "photosynthesis", "the water cycle", "volcanoes", "black holes", "the moon's phases", "earthquakes", "rainbows",
@@ -198,31 +202,59 @@ def follow_ups(rows: list[dict], n: int, seed: int = 1) -> list[list[dict]]:
              {"role": "user", "content": r.choice(FOLLOW_UPS)}] for x in picks]
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--n", type=int, default=1600)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--follow-ups-of", nargs=3, metavar=("PROMPTS", "REGEN", "TARGET"), default=None,
-                    help="write --n multi-turn chats from first turns (prompts.jsonl, its regen.jsonl, the target)")
-    args = ap.parse_args(argv)
-    if args.follow_ups_of:
+@dataclass
+class PromptsJob:
+    """One `dflash-vllm prompts` run: a prompt file for `dflash-vllm regen`, `bench NAME=PATH` or the demo."""
+
+    out: str = opt(help="the .jsonl to write ({prompt} or {messages} per line)", required=True)
+    set: str = opt("mix", "mix: the generated mix above; task-suite: the demo target's task prompts at --seed; "
+                   "or built-in held-out sets, comma-separated (free, freechat, tasks, chat, code, ...)")
+    n: int | None = opt(None, "how many (default: 1,600 for mix; every prompt of a fixed set such as free)")
+    seed: int = opt(0, "generator seed (mix, task-suite, follow-ups)")
+    follow_ups_of: list[str] | None = opt(None, "instead: --n multi-turn chats from first turns "
+                                          "(their prompts.jsonl, its regen output, the target)",
+                                          nargs=3, metavar=("PROMPTS", "REGEN", "TARGET"))
+
+
+def _rows(job: PromptsJob) -> list[dict]:
+    from ..prompts import BUILTIN, FREE, FREE_CHAT, conversations
+
+    if job.follow_ups_of:
         from transformers import AutoTokenizer
 
-        prompts_path, regen_path, target = args.follow_ups_of
+        prompts_path, regen_path, target = job.follow_ups_of
         tok = AutoTokenizer.from_pretrained(target)
         with open(prompts_path) as f:
             prompts = [json.loads(x)["prompt"] for x in f if x.strip()]
         with open(regen_path) as f:
             answers = [tok.decode(json.loads(x)["response_ids"], skip_special_tokens=True).strip() for x in f if x.strip()]
         rows = [{"prompt": p, "answer": a} for p, a in zip(prompts, answers) if a]
-        with open(args.out, "w") as f:
-            for msgs in follow_ups(rows, args.n, args.seed + 1):
-                f.write(json.dumps({"messages": msgs}) + "\n")
-        return
-    with open(args.out, "w") as f:
-        for p in make_prompts(args.n, args.seed):
-            f.write(json.dumps({"prompt": p}) + "\n")
+        return [{"messages": m} for m in follow_ups(rows, job.n or 120, job.seed + 1)]
+    if job.set == "mix":
+        return [{"prompt": p} for p in make_prompts(job.n or 1600, job.seed)]
+    if job.set == "task-suite":
+        from .tasks import make_samples
+
+        return [{"prompt": s.prompt} for s in make_samples(job.n or 6000, seed=job.seed)]
+    sizes = {"free": len(FREE), "freechat": len(FREE_CHAT)}
+    names = [x.strip() for x in job.set.split(",") if x.strip()]
+    unknown = [x for x in names if x not in BUILTIN]
+    if unknown:
+        from ..config import DFlashConfigError
+
+        raise DFlashConfigError(f"unknown prompt set {unknown[0]!r}: use mix, task-suite or {', '.join(BUILTIN)}")
+    return [{"messages": m} for x in names for m in conversations(x, job.n or sizes.get(x, 64))]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="dflash-vllm prompts", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_options(ap, PromptsJob)
+    job = parse_into(PromptsJob, ap.parse_args(argv))
+    rows = _rows(job)
+    with open(job.out, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    print(f"wrote {len(rows)} prompts to {job.out}")
 
 
 if __name__ == "__main__":

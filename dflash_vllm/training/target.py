@@ -1,7 +1,7 @@
 """Make the demo target: a small Qwen3-architecture model with its own BPE tokenizer and chat
 template, trained on the templated task suite (`tasks.py`). Resumable; deterministic under a seed.
 
-    python -m dflash_vllm.training.target --out deploy/demo/target --minutes 60
+    dflash-vllm make-target --out deploy/demo/target --minutes 60
 """
 
 from __future__ import annotations
@@ -11,9 +11,11 @@ import json
 import math
 import os
 import time
+from dataclasses import dataclass
 
 import torch
 
+from ..options import add_options, opt, parse_into
 from .tasks import CHAT_TEMPLATE, END, SPECIAL_TOKENS, chat_text, make_samples
 
 MODEL_SHAPE = dict(hidden_size=256, intermediate_size=768, num_hidden_layers=4, num_attention_heads=4,
@@ -36,18 +38,26 @@ def build_tokenizer(texts: list[str], vocab_size: int):
     return fast
 
 
+@dataclass
+class TargetRecipe:
+    """`dflash-vllm make-target`: every field is an option."""
+
+    out: str = opt(help="output directory (a rerun resumes from OUT/train_state.pt)", required=True)
+    minutes: float = opt(60.0, "training time budget")
+    seed: int = opt(0, "task samples and initialisation")
+    num_samples: int = opt(120_000, "task samples generated for training")
+    vocab_size: int = opt(1024, "BPE vocabulary size")
+    seq_len: int = opt(256, "tokens per training row")
+    batch_size: int = opt(16, "rows per step")
+    lr: float = opt(1.5e-3, "peak learning rate (AdamW)")
+    threads: int = opt(0, "torch threads (0: all)")
+
+
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--minutes", type=float, default=60.0, help="training time budget")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--num-samples", type=int, default=120_000)
-    ap.add_argument("--vocab-size", type=int, default=1024)
-    ap.add_argument("--seq-len", type=int, default=256)
-    ap.add_argument("--batch-size", type=int, default=16)
-    ap.add_argument("--lr", type=float, default=1.5e-3)
-    ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = all)")
-    args = ap.parse_args(argv)
+    ap = argparse.ArgumentParser(prog="dflash-vllm make-target", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_options(ap, TargetRecipe)
+    args = parse_into(TargetRecipe, ap.parse_args(argv))
     if args.threads:
         torch.set_num_threads(args.threads)
     from transformers import Qwen3Config, Qwen3ForCausalLM
