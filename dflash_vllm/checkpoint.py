@@ -24,7 +24,7 @@ import os
 import subprocess
 from typing import Any
 
-from .config import DFlashConfigError
+from .config import DEFAULT_ROPE_THETA, DFlashConfigError
 
 # -- variants ----------------------------------------------------------------------------------
 VARIANT_EVERY_LAYER = "kv_injection_every_layer"  # the paper's and the published checkpoints'
@@ -228,7 +228,7 @@ def speculators_to_published(cfg: dict[str, Any], where: str) -> dict[str, Any]:
         # speculators builds Qwen3DFlashDecoderLayer (q/k norms, silu MLP) whatever the verifier's
         # model_type, which is what ours is too
         model_type="qwen3",
-        rope_theta=theta if theta is not None else 1_000_000.0,
+        rope_theta=theta if theta is not None else DEFAULT_ROPE_THETA,
         block_size=int(cfg.get("block_size", 8)),  # speculators' default
         dflash_config={"target_layer_ids": [int(i) - 1 for i in aux], "mask_token_id": int(cfg["mask_token_id"])},
         dflash_vllm={"variant": VARIANT_EVERY_LAYER, "converted_from": "speculators "

@@ -18,6 +18,7 @@ from typing import Any
 
 DRAFTER_ARCHITECTURES = ("DFlashDraftModel",)
 SUPPORTED_MODEL_TYPES = ("qwen3", "llama")
+DEFAULT_ROPE_THETA = 1_000_000.0  # Qwen3's; what a config without rope_theta gets
 
 
 class DFlashConfigError(ValueError):
@@ -47,7 +48,7 @@ class DrafterConfig:
     intermediate_size: int
     vocab_size: int
     rms_norm_eps: float = 1e-6
-    rope_theta: float = 1_000_000.0
+    rope_theta: float = DEFAULT_ROPE_THETA
     max_position_embeddings: int = 40960
     block_size: int = 16
     num_target_layers: int = 0
@@ -135,7 +136,7 @@ class DrafterConfig:
             intermediate_size=int(cfg["intermediate_size"]),
             vocab_size=int(cfg["vocab_size"]),
             rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
-            rope_theta=1_000_000.0 if rope_theta is None else rope_theta,
+            rope_theta=DEFAULT_ROPE_THETA if rope_theta is None else rope_theta,
             max_position_embeddings=int(cfg.get("max_position_embeddings", 40960)),
             block_size=int(dcfg.get("block_size", cfg.get("block_size", 16))),
             num_target_layers=num_target_layers,
@@ -148,6 +149,31 @@ class DrafterConfig:
             source_format=source_format,
             path=path,
             raw=dict(cfg),
+        )
+
+    @classmethod
+    def for_target(cls, target_cfg, *, num_layers: int, block_size: int, mask_token_id: int,
+                   target_layer_ids: list[int] | None = None) -> "DrafterConfig":
+        """A new drafter's config for a target (an HF config object or its config.json dict): the
+        target's width, heads, vocabulary, norm epsilon and rope (theta and scaling); target layers
+        spread by `default_target_layer_ids` unless given. The trainer and the test models use it."""
+        from .checkpoint import rope_of
+
+        get = target_cfg.get if isinstance(target_cfg, dict) else (lambda k, d=None: getattr(target_cfg, k, d))
+        n_target = int(get("num_hidden_layers"))
+        theta, scaling = rope_of(target_cfg)
+        model_type = get("model_type", "qwen3")
+        return cls(
+            hidden_size=int(get("hidden_size")), num_hidden_layers=num_layers,
+            num_attention_heads=int(get("num_attention_heads")), num_key_value_heads=int(get("num_key_value_heads")),
+            head_dim=int(get("head_dim", None) or get("hidden_size") // get("num_attention_heads")),
+            intermediate_size=int(get("intermediate_size")), vocab_size=int(get("vocab_size")),
+            rms_norm_eps=float(get("rms_norm_eps", 1e-6)),
+            rope_theta=DEFAULT_ROPE_THETA if theta is None else theta, rope_scaling=scaling,
+            max_position_embeddings=int(get("max_position_embeddings", 4096)), block_size=block_size,
+            num_target_layers=n_target,
+            target_layer_ids=list(target_layer_ids or default_target_layer_ids(n_target, num_layers)),
+            mask_token_id=mask_token_id, model_type=model_type if model_type in SUPPORTED_MODEL_TYPES else "qwen3",
         )
 
     @classmethod

@@ -45,16 +45,9 @@ def make_tiny_drafter(path: str, target_path: str, *, num_layers: int = 1, block
     """A randomly initialised DFlash drafter sized for the target at `target_path`."""
     with open(os.path.join(target_path, "config.json")) as f:
         t = json.load(f)
-    cfg = DrafterConfig(
-        hidden_size=t["hidden_size"], num_hidden_layers=num_layers, num_attention_heads=t["num_attention_heads"],
-        num_key_value_heads=t["num_key_value_heads"], head_dim=t.get("head_dim") or t["hidden_size"] // t["num_attention_heads"],
-        intermediate_size=t["intermediate_size"], vocab_size=t["vocab_size"], rms_norm_eps=t.get("rms_norm_eps", 1e-6),
-        rope_theta=t.get("rope_theta") or (t.get("rope_parameters") or {}).get("rope_theta", 1e6),
-        max_position_embeddings=t.get("max_position_embeddings", 4096), block_size=block_size,
-        num_target_layers=t["num_hidden_layers"],
-        target_layer_ids=target_layer_ids or [0, t["num_hidden_layers"] // 2],
-        mask_token_id=t["vocab_size"] - 1 if mask_token_id is None else mask_token_id,
-    )
+    cfg = DrafterConfig.for_target(t, num_layers=num_layers, block_size=block_size,
+                                   target_layer_ids=target_layer_ids or [0, t["num_hidden_layers"] // 2],
+                                   mask_token_id=t["vocab_size"] - 1 if mask_token_id is None else mask_token_id)
     torch.manual_seed(seed)
     DFlashDrafter(cfg).save_pretrained(path)
     return path

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import time
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ import torch
 
 from ..options import add_options, opt, parse_into
 from .tasks import CHAT_TEMPLATE, END, SPECIAL_TOKENS, chat_text, make_samples
+from .trainer import warmup_cosine
 
 MODEL_SHAPE = dict(hidden_size=256, intermediate_size=768, num_hidden_layers=4, num_attention_heads=4,
                    num_key_value_heads=2, head_dim=64)
@@ -91,7 +91,7 @@ def main(argv=None):
             state["total_steps"] = max(20, int(args.minutes * 60 / per_step))
         total = state["total_steps"] or 10_000
         warm = max(1, int(0.03 * total))
-        lr = args.lr * (step + 1) / warm if step < warm else args.lr * 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, total - warm)))
+        lr = args.lr * warmup_cosine(step, total, warm)
         for group in opt.param_groups:
             group["lr"] = lr
         batch = data[torch.randint(0, data.shape[0], (args.batch_size,), generator=g)]

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.nn.functional as F
 
-from ..config import DFlashConfigError, DrafterConfig, default_target_layer_ids
+from ..config import DFlashConfigError, DrafterConfig
 from ..options import add_options, opt, parse_into
 from ..torch_drafter import DFlashDrafter, target_layer_outputs
 
@@ -70,6 +70,14 @@ class TrainJob:
     eval_every: int = opt(0, "steps between offline tau evaluations (0: never)")
     snapshot_every: int = opt(0, "keep a servable drafter every N steps in OUT/step-N")
     init_from: str | None = opt(None, "drafter checkpoint to start from (a longer run on top of a shorter one)")
+
+
+def warmup_cosine(step: int, total: int, warm: int) -> float:
+    """The learning-rate multiplier: linear warm-up over `warm` steps, then cosine to 0 at `total`
+    (the drafter's and the demo target's schedule)."""
+    if step < warm:
+        return (step + 1) / warm
+    return 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, total - warm)))
 
 
 def loss_weights(block_size: int, decay: float | None, positions: int = 0) -> torch.Tensor:
@@ -189,21 +197,8 @@ def offline_tau(drafter, embed, lm_head, feats, tokens, seq_lens, prompt_lens, b
 
 
 def new_drafter_config(target_cfg, recipe: Recipe, mask_token_id: int) -> DrafterConfig:
-    t = target_cfg
-    n_layers = t.num_hidden_layers
-    layer_ids = recipe.target_layer_ids or default_target_layer_ids(n_layers, recipe.num_draft_layers)
-    from ..checkpoint import rope_of
-
-    rope_theta, rope_scaling = rope_of(t)
-    rope_theta = rope_theta or 1e6
-    return DrafterConfig(
-        hidden_size=t.hidden_size, num_hidden_layers=recipe.num_draft_layers, num_attention_heads=t.num_attention_heads,
-        num_key_value_heads=t.num_key_value_heads, head_dim=getattr(t, "head_dim", None) or t.hidden_size // t.num_attention_heads,
-        intermediate_size=t.intermediate_size, vocab_size=t.vocab_size, rms_norm_eps=t.rms_norm_eps,
-        rope_theta=float(rope_theta), max_position_embeddings=t.max_position_embeddings, block_size=recipe.block_size,
-        num_target_layers=n_layers, target_layer_ids=list(layer_ids), mask_token_id=mask_token_id,
-        model_type=t.model_type if t.model_type in ("qwen3", "llama") else "qwen3", rope_scaling=rope_scaling,
-    )
+    return DrafterConfig.for_target(target_cfg, num_layers=recipe.num_draft_layers, block_size=recipe.block_size,
+                                    mask_token_id=mask_token_id, target_layer_ids=recipe.target_layer_ids)
 
 
 class FeatureCache:
@@ -315,9 +310,7 @@ def train(target_path: str, data_path: str, out: str, recipe: Recipe, mask_token
     total = max_steps or max(1, int(steps_per_epoch * recipe.epochs))
     warm = max(1, int(recipe.warmup_ratio * total))
     opt = torch.optim.AdamW(drafter.parameters(), lr=recipe.lr, weight_decay=recipe.weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: (s + 1) / warm if s < warm else 0.5 * (1 + math.cos(math.pi * (s - warm) / max(1, total - warm)))
-    )
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_cosine(s, total, warm))
     weights = loss_weights(recipe.block_size, recipe.decay, recipe.loss_positions)
     state_path = os.path.join(out, "train_state.pt")
     step, losses, accs, taus = 0, [], [], []

@@ -357,3 +357,21 @@ def test_published_sliding_window_drafter_is_refused(tmp_path):
     random_drafter(tiny_cfg()).save_pretrained(
         path, extra_config={"layer_types": ["sliding_attention", "full_attention"], "sliding_window": 64})
     one_line_refusal(lambda: DrafterConfig.from_pretrained(path), "sliding-window attention")
+
+
+def test_drafter_config_for_target_reads_dicts_and_configs_alike():
+    """One place builds a new drafter's config from a target's (trainer and test models alike)."""
+    from transformers import LlamaConfig
+
+    from dflash_vllm.config import DEFAULT_ROPE_THETA, DrafterConfig
+
+    hf = LlamaConfig(hidden_size=64, num_hidden_layers=6, num_attention_heads=4, num_key_value_heads=2,
+                     intermediate_size=128, vocab_size=300, rope_theta=5e5,
+                     rope_scaling={"rope_type": "linear", "factor": 2.0})
+    a = DrafterConfig.for_target(hf, num_layers=2, block_size=8, mask_token_id=7)
+    b = DrafterConfig.for_target(hf.to_dict(), num_layers=2, block_size=8, mask_token_id=7)
+    assert a == b
+    assert (a.model_type, a.head_dim, a.rope_theta, a.rope_scaling["rope_type"], a.target_layer_ids) == (
+        "llama", 16, 5e5, "linear", [1, 3])
+    bare = {k: v for k, v in hf.to_dict().items() if k not in ("rope_theta", "rope_scaling", "rope_parameters")}
+    assert DrafterConfig.for_target(bare, num_layers=1, block_size=8, mask_token_id=7).rope_theta == DEFAULT_ROPE_THETA
