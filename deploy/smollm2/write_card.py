@@ -10,8 +10,9 @@ import json
 import os
 import sys
 
+from dflash_vllm.paths import REPO
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
 
 
 def load(path):

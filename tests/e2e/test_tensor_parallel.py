@@ -9,15 +9,14 @@ import os
 
 import pytest
 
+from dflash_vllm import paths
 from dflash_vllm.prompts import chat_ids
 from dflash_vllm.harness import run_job_subprocess
 
 from ..conftest import first_divergence
 
 pytestmark = pytest.mark.e2e
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TARGET = os.path.join(REPO, "deploy", "demo", "target")
-DRAFTER = os.path.join(REPO, "deploy", "demo", "drafter")
+TARGET, DRAFTER = paths.DEMO_TARGET, paths.DEMO_DRAFTER
 
 
 def _bind() -> str:

@@ -20,14 +20,15 @@ import torch
 from safetensors.torch import save_file
 
 import dflash_vllm
+from dflash_vllm import paths
 from dflash_vllm.checkpoint import INPUT_FUSION_ARCHITECTURE, rope_of
 from dflash_vllm.config import DFlashConfigError, DrafterConfig, check_drafter_weights, validate_pair
 from dflash_vllm.torch_drafter import DFlashDrafter, rope_cos_sin, scaled_rope
 
 pytestmark = pytest.mark.unit
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(dflash_vllm.__file__)))
-DEMO_DRAFTER = os.path.join(REPO, "deploy", "demo", "drafter")
+REPO = paths.REPO or os.path.dirname(paths.PACKAGE)
+DEMO_DRAFTER = paths.DEMO_DRAFTER
 
 
 def tiny_cfg(**kw) -> DrafterConfig:
