@@ -116,8 +116,8 @@ def pick_anchors(prompt_len: int, length: int, n: int, block_size: int, rng: ran
 def build_block_inputs(tokens: torch.Tensor, anchors_per_seq: list[list[int]], block_size: int, mask_token_id: int, seq_lens: list[int]):
     """Queries, positions, labels and the sparse mask for a padded batch.
 
-    tokens [B, T]. Returns block_ids [B, A*bs], positions [B, A*bs], labels [B, A*bs]
-    (-100 where unused), mask [B, 1, A*bs, T + A*bs] (True = visible).
+    tokens [B, T]. Returns block_ids [B, A*block_size], positions [B, A*block_size], labels [B, A*block_size]
+    (-100 where unused), mask [B, 1, A*block_size, T + A*block_size] (True = visible).
     """
     b, t = tokens.shape
     a = max(1, max(len(x) for x in anchors_per_seq))
@@ -146,26 +146,26 @@ def build_block_inputs(tokens: torch.Tensor, anchors_per_seq: list[list[int]], b
 def drafter_loss(drafter, embed, lm_head, feats, tokens, anchors_per_seq, seq_lens, weights):
     """Weighted CE over mask positions (eq. 12). Returns (loss, per-position accuracy [B-1])."""
     cfg = drafter.cfg
-    bs = weights.numel() + 1
-    block_ids, positions, labels, mask = build_block_inputs(tokens, anchors_per_seq, bs, cfg.mask_token_id, seq_lens)
+    block_size = weights.numel() + 1
+    block_ids, positions, labels, mask = build_block_inputs(tokens, anchors_per_seq, block_size, cfg.mask_token_id, seq_lens)
     b, t = tokens.shape
     ctx = drafter.fuse(feats)
     ctx_pos = torch.arange(t)[None].expand(b, -1)
     hidden = drafter(embed(block_ids), positions, ctx, ctx_pos, mask)
-    a = labels.shape[1] // bs
-    hidden = hidden.view(b, a, bs, -1)[:, :, 1:]
-    labels = labels.view(b, a, bs)[:, :, 1:]
+    a = labels.shape[1] // block_size
+    hidden = hidden.view(b, a, block_size, -1)[:, :, 1:]
+    labels = labels.view(b, a, block_size)[:, :, 1:]
     valid = (labels != -100) & (weights > 0)
     # the LM head (vocab x hidden, most of a step's FLOPs) only where there is a label: not on
     # anchors, padded blocks or blocks running past the sequence's end
     logits = lm_head(hidden[valid]).float()  # [N, V]
     lab = labels[valid]
     ce = F.cross_entropy(logits, lab, reduction="none")
-    k = torch.arange(bs - 1).expand_as(labels)[valid]  # each label's position in its block, 0-based
+    k = torch.arange(block_size - 1).expand_as(labels)[valid]  # each label's position in its block, 0-based
     w = weights[k]
     loss = (ce * w).sum() / w.sum().clamp_min(1e-6)
     hits = (logits.argmax(-1) == lab).float()
-    correct = torch.zeros(bs - 1).index_add_(0, k, hits) / torch.zeros(bs - 1).index_add_(0, k, torch.ones_like(hits)).clamp_min(1)
+    correct = torch.zeros(block_size - 1).index_add_(0, k, hits) / torch.zeros(block_size - 1).index_add_(0, k, torch.ones_like(hits)).clamp_min(1)
     # positions with weight 0 are not evaluated: their accuracy reads 0
     return loss, correct
 
