@@ -57,21 +57,22 @@ def _int_list(s: str) -> list[int]:
 
 
 def _base(tp):
-    """(the type without ``| None``, whether None is allowed)."""
+    """The type without ``| None``."""
     args = typing.get_args(tp)
     if typing.get_origin(tp) in (typing.Union, types.UnionType) and type(None) in args:
         rest = [a for a in args if a is not type(None)]
-        return (rest[0] if len(rest) == 1 else str), True
-    return tp, False
+        return rest[0] if len(rest) == 1 else str
+    return tp
 
 
-def add_options(parser: argparse.ArgumentParser, cls, *, skip: tuple[str, ...] = ()) -> None:
+def add_options(parser: argparse.ArgumentParser, cls) -> None:
+    """One option per field of the dataclass `cls` (see the module docstring)."""
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
-        if f.name in skip or not f.init:
+        if not f.init:
             continue
         meta = f.metadata or {}
-        tp, _ = _base(hints[f.name])
+        tp = _base(hints[f.name])
         default = f.default_factory() if f.default_factory is not _MISSING else None if f.default is _MISSING else f.default
         kw: dict[str, Any] = {"dest": f.name, "help": meta.get("help") or None}
         if meta.get("choices"):
