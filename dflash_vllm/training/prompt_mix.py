@@ -211,6 +211,8 @@ class PromptsJob:
                    "or built-in held-out sets, comma-separated (free, freechat, tasks, chat, code, ...)")
     n: int | None = opt(None, "how many (default: 1,600 for mix; every prompt of a fixed set such as free)")
     seed: int = opt(0, "generator seed (mix, task-suite, follow-ups)")
+    exclude: str | None = opt(None, "mix: leave out the prompts of this .jsonl (a second batch of new prompts); "
+                              "--n then counts the prompts kept")
     follow_ups_of: list[str] | None = opt(None, "instead: --n multi-turn chats from first turns "
                                           "(their prompts.jsonl, its regen output, the target)",
                                           nargs=3, metavar=("PROMPTS", "REGEN", "TARGET"))
@@ -231,7 +233,13 @@ def _rows(job: PromptsJob) -> list[dict]:
         rows = [{"prompt": p, "answer": a} for p, a in zip(prompts, answers) if a]
         return [{"messages": m} for m in follow_ups(rows, job.n or 120, job.seed + 1)]
     if job.set == "mix":
-        return [{"prompt": p} for p in make_prompts(job.n or 1600, job.seed)]
+        n = job.n or 1600
+        if not job.exclude:
+            return [{"prompt": p} for p in make_prompts(n, job.seed)]
+        from ..prompts import read_conversations
+
+        seen = {c[0]["content"] for c in read_conversations(job.exclude) if len(c) == 1}
+        return [{"prompt": p} for p in make_prompts(n + len(seen), job.seed) if p not in seen][:n]
     if job.set == "task-suite":
         from .tasks import make_samples
 

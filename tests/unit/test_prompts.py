@@ -49,3 +49,23 @@ def test_chat_ids_is_the_chat_template_or_the_joined_turns(tiny_dir):
     assert name == "tasks" and len(ids) == 3 and all(isinstance(x, int) for x in ids[0])
     with pytest.raises(DFlashConfigError, match="unknown prompt set"):
         prompt_set("nosuch", tok, 1)
+
+
+def test_prompts_command_mix_exclude_and_builtin_sets(tmp_path):
+    """`dflash-vllm prompts`: a second batch of the mix shares no prompt with the first and is the
+    same file every time; built-in held-out sets come out whole."""
+    import json
+
+    from dflash_vllm.prompts import FREE, FREE_CHAT
+    from dflash_vllm.training.prompt_mix import main
+
+    first, second, again, held = (str(tmp_path / n) for n in ("a.jsonl", "b.jsonl", "c.jsonl", "h.jsonl"))
+    main(["--n", "50", "--out", first])
+    main(["--n", "40", "--seed", "1", "--exclude", first, "--out", second])
+    main(["--n", "40", "--seed", "1", "--exclude", first, "--out", again])
+    a = [json.loads(x)["prompt"] for x in open(first)]
+    b = [json.loads(x)["prompt"] for x in open(second)]
+    assert len(a) == 50 and len(b) == 40 and not set(a) & set(b) and open(second).read() == open(again).read()
+    main(["--set", "free,freechat", "--out", held])
+    rows = [json.loads(x)["messages"] for x in open(held)]
+    assert len(rows) == len(FREE) + len(FREE_CHAT) and rows[0] == [{"role": "user", "content": FREE[0]}]
