@@ -202,15 +202,18 @@ def new_drafter_config(target_cfg, recipe: Recipe, mask_token_id: int) -> Drafte
 
 
 class FeatureCache:
-    """Target features on disk, one file per training example, so later epochs (and later runs
-    on the same data) skip the target's forward. A manifest ties the cache to the target, its
-    layers and the data file; a cache made for something else is refused, not silently reused."""
+    """Target features on disk, one file per training sequence, so later epochs (and later runs,
+    on this data or on a larger file that contains it) skip the target's forward. Files are named
+    by the sequence's token ids (a hash): the same sequence in another data file is found again.
+    A manifest ties the cache to the target, its layers and the storage dtype; a cache made for
+    something else is refused, not silently reused."""
 
-    def __init__(self, root: str, target_path: str, layer_ids: list[int], data_path: str, dtype: str = "float32"):
+    LAYOUT = "by-token-ids"
+
+    def __init__(self, root: str, target_path: str, layer_ids: list[int], dtype: str = "float32"):
         self.root, self.dtype = root, getattr(torch, dtype)
-        st = os.stat(data_path)
-        key = {"target": os.path.abspath(target_path), "target_layer_ids": list(layer_ids),
-               "data": os.path.abspath(data_path), "data_size": st.st_size, "data_mtime": int(st.st_mtime), "dtype": dtype}
+        key = {"target": os.path.abspath(target_path), "target_layer_ids": list(layer_ids), "dtype": dtype,
+               "layout": self.LAYOUT}
         os.makedirs(root, exist_ok=True)
         manifest = os.path.join(root, "manifest.json")
         if os.path.exists(manifest):
@@ -224,22 +227,24 @@ class FeatureCache:
             with open(manifest, "w") as f:
                 json.dump(key, f, indent=1)
 
-    def _path(self, i: int) -> str:
-        return os.path.join(self.root, f"{i}.pt")
+    def _path(self, seq: list[int]) -> str:
+        import hashlib
 
-    def get(self, target, indices: list[int], seqs: list[list[int]], layer_ids: list[int]) -> torch.Tensor:
+        return os.path.join(self.root, hashlib.sha1(torch.tensor(seq, dtype=torch.int64).numpy().tobytes()).hexdigest() + ".pt")
+
+    def get(self, target, seqs: list[list[int]], layer_ids: list[int]) -> torch.Tensor:
         """[B, T_max, n*H] float32, right-padded with zeros, like `target_features` on the batch."""
-        missing = [j for j, i in enumerate(indices) if not os.path.exists(self._path(i))]
+        missing = [j for j, x in enumerate(seqs) if not os.path.exists(self._path(x))]
         if missing:
             t = max(len(seqs[j]) for j in missing)
             tokens = torch.tensor([seqs[j] + [0] * (t - len(seqs[j])) for j in missing])
             attn = torch.tensor([[1] * len(seqs[j]) + [0] * (t - len(seqs[j])) for j in missing])
             feats = target_features(target, tokens, layer_ids, attn)
             for row, j in enumerate(missing):
-                tmp = self._path(indices[j]) + ".tmp"
+                tmp = self._path(seqs[j]) + ".tmp"
                 torch.save(feats[row, : len(seqs[j])].to(self.dtype).clone(), tmp)
-                os.replace(tmp, self._path(indices[j]))  # a killed run leaves no half-written entry
-        rows = [torch.load(self._path(i), weights_only=True).float() for i in indices]
+                os.replace(tmp, self._path(seqs[j]))  # a killed run leaves no half-written entry
+        rows = [torch.load(self._path(x), weights_only=True).float() for x in seqs]
         t_max = max(len(s) for s in seqs)
         out = torch.zeros(len(rows), t_max, rows[0].shape[-1])
         for j, r in enumerate(rows):
@@ -305,7 +310,7 @@ def train(target_path: str, data_path: str, out: str, recipe: Recipe, mask_token
         _load_initial_weights(drafter, init_from)
     embed, lm_head = target.get_input_embeddings(), target.get_output_embeddings()
     examples = load_examples(data_path)
-    cache = FeatureCache(feature_cache, target_path, cfg.target_layer_ids, data_path, feature_cache_dtype) if feature_cache else None
+    cache = FeatureCache(feature_cache, target_path, cfg.target_layer_ids, feature_cache_dtype) if feature_cache else None
     steps_per_epoch = math.ceil(len(examples) / recipe.batch_size)
     total = max_steps or max(1, int(steps_per_epoch * recipe.epochs))
     warm = max(1, int(recipe.warmup_ratio * total))
@@ -360,7 +365,7 @@ def train(target_path: str, data_path: str, out: str, recipe: Recipe, mask_token
         tokens = torch.tensor([s + [0] * (t_max - len(s)) for s in seqs])
         attn = torch.tensor([[1] * n + [0] * (t_max - n) for n in lens])
         if cache is not None:
-            feats = cache.get(target, idx, seqs, cfg.target_layer_ids)
+            feats = cache.get(target, seqs, cfg.target_layer_ids)
         else:
             feats = target_features(target, tokens, cfg.target_layer_ids, attn)
         anchors = [pick_anchors(len(ex["prompt_ids"]), n, recipe.num_anchors, recipe.block_size, rng, recipe.random_anchors)

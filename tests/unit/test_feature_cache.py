@@ -1,5 +1,6 @@
 """`dflash-vllm train --feature-cache`: features computed once and read back give the same
-drafter as online features; a cache made for another target/layers/data is refused."""
+drafter as online features; a sequence is found again from another data file; a cache made for
+another target or layers is refused."""
 
 import json
 import random
@@ -69,3 +70,22 @@ def test_resume_reads_training_state_without_unpickling_code(tiny_dir, data, tmp
     assert loads and all(w is True for w in loads), loads
     for k in first:
         assert torch.equal(first[k], resumed[k]), k
+
+
+def test_a_larger_data_file_reuses_the_cached_sequences(tiny_dir, data, tmp_path, monkeypatch):
+    """Entries are named by token ids: a data file that contains the cached one (a second batch of
+    prompts appended) computes target features only for its new sequences."""
+    import dflash_vllm.training.trainer as trainer
+
+    cache = tmp_path / "cache"
+    _run(tiny_dir, data, tmp_path / "a", feature_cache=str(cache))
+    bigger = tmp_path / "bigger.jsonl"
+    r = random.Random(4)
+    new = [json.dumps({"prompt_ids": [r.randrange(3, 500) for _ in range(6)],
+                       "response_ids": [r.randrange(3, 500) for _ in range(30)]}) for _ in range(4)]
+    bigger.write_text(open(data).read() + "\n".join(new) + "\n")
+    computed = []
+    real = trainer.target_features
+    monkeypatch.setattr(trainer, "target_features", lambda t, tokens, *a, **k: computed.append(len(tokens)) or real(t, tokens, *a, **k))
+    _run(tiny_dir, str(bigger), tmp_path / "b", feature_cache=str(cache))
+    assert sum(computed) == 4 and len(list(cache.glob("*.pt"))) == 16
