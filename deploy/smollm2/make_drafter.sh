@@ -9,9 +9,12 @@
 #      chats built from its own answers plus a follow-up question, answered the same way;
 #   4. held-out: the bench's hand-written `free` and `freechat` prompts, answered by the target
 #      (only for the offline tau curve; never trained on);
-#   5. the drafter, block 16, target features cached on disk (fp16): run 1, the paper recipe (500 steps);
-#      run 2 from run 1 with the loss on the first 8 mask positions (1,200 steps). A finished run is
-#      skipped; a stopped one resumes (OUT/train_state.pt).
+#   5. more data (session 9): 1,152 more generated prompts (seed 1, none of the first batch's),
+#      answered the same way (turn1b.jsonl); train2.jsonl = train.jsonl + turn1b.jsonl;
+#   6. the drafter, block 16, target features cached on disk (fp16, one file per sequence): run 1,
+#      the paper recipe (500 steps); run 2 from run 1 with the loss on the first 8 mask positions
+#      (1,200 steps); run 3 from run 2 on train2 (1,000 steps, lr 6e-4). A finished run is skipped;
+#      a stopped one resumes (OUT/train_state.pt).
 set -euo pipefail
 # engine-starting stages take /tmp/dflash-engine.lock: one vLLM engine at a time on a small machine
 cd "$(dirname "$0")/../.."
@@ -29,7 +32,11 @@ flock /tmp/dflash-engine.lock $PY -m dflash_vllm.cli regen --target "$T" --promp
 [ -s "$D/heldout_prompts.jsonl" ] || $PY -m dflash_vllm.cli prompts --set free,freechat --out "$D/heldout_prompts.jsonl"
 flock /tmp/dflash-engine.lock $PY -m dflash_vllm.cli regen --target "$T" --prompts "$D/heldout_prompts.jsonl" --out "$D/heldout.jsonl" --max-tokens 200 --enforce-eager
 [ -s "$D/train.jsonl" ] || cat "$D/turn1.jsonl" "$D/turn2.jsonl" > "$D/train.jsonl"
+[ -s "$D/prompts2.jsonl" ] || $PY -m dflash_vllm.cli prompts --n 1152 --seed 1 --exclude "$D/prompts.jsonl" --out "$D/prompts2.jsonl"
+flock /tmp/dflash-engine.lock $PY -m dflash_vllm.cli regen --target "$T" --prompts "$D/prompts2.jsonl" --out "$D/turn1b.jsonl" --max-tokens 200 --chunk 128
+[ -s "$D/train2.jsonl" ] || cat "$D/train.jsonl" "$D/turn1b.jsonl" > "$D/train2.jsonl"
 RUN1=${RUN1:-deploy/smollm2/drafter-run1}
+RUN2=${RUN2:-deploy/smollm2/drafter-run2}
 # run 1: the paper recipe from a fresh drafter
 [ -s "$RUN1/model.safetensors" ] || nice -n 19 .venv/bin/dflash-vllm train --target "$T" --data "$D/train.jsonl" --out "$RUN1" \
   --mask-token-id 16 --block-size 16 --num-draft-layers ${LAYERS:-2} --target-layer-ids ${TARGET_LAYERS:-1,7,14,20,27} \
@@ -38,9 +45,16 @@ RUN1=${RUN1:-deploy/smollm2/drafter-run1}
   --eval-data "$D/heldout.jsonl" --eval-every 100 --snapshot-every 200
 # run 2: from run 1, loss on mask positions 1..8 only (the LM head, most of a step, runs on those rows:
 # ~40 % cheaper per step; positions past 8 are almost never reached at this tau)
-[ -s "$OUT/model.safetensors" ] || nice -n 19 .venv/bin/dflash-vllm train --target "$T" --data "$D/train.jsonl" --out "$OUT" \
+[ -s "$RUN2/model.safetensors" ] || nice -n 19 .venv/bin/dflash-vllm train --target "$T" --data "$D/train.jsonl" --out "$RUN2" \
   --init-from "$RUN1" --loss-positions 8 \
   --mask-token-id 16 --block-size 16 --num-draft-layers ${LAYERS:-2} --target-layer-ids ${TARGET_LAYERS:-1,7,14,20,27} \
   --num-anchors 16 --batch-size 8 --max-steps ${RUN2_STEPS:-1200} --lr ${LR:-1e-3} --threads 2 \
+  --feature-cache "$D/features" --feature-cache-dtype float16 \
+  --eval-data "$D/heldout.jsonl" --eval-every 100 --snapshot-every 200
+# run 3: from run 2, on train2 (70 % more answer tokens), lr 6e-4
+[ -s "$OUT/model.safetensors" ] || nice -n 19 .venv/bin/dflash-vllm train --target "$T" --data "$D/train2.jsonl" --out "$OUT" \
+  --init-from "$RUN2" --loss-positions 8 \
+  --mask-token-id 16 --block-size 16 --num-draft-layers ${LAYERS:-2} --target-layer-ids ${TARGET_LAYERS:-1,7,14,20,27} \
+  --num-anchors 16 --batch-size 8 --max-steps ${RUN3_STEPS:-1000} --lr ${LR3:-6e-4} --threads 2 \
   --feature-cache "$D/features" --feature-cache-dtype float16 \
   --eval-data "$D/heldout.jsonl" --eval-every 100 --snapshot-every 200
