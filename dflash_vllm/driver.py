@@ -1,5 +1,5 @@
-"""The one loop that drives an in-process vLLM engine over a list of requests, and the one step
-timer. Harness jobs (tests, `dflash-vllm bench sampling-tau`), bench cells (`dflash_vllm/bench/worker.py`) and the GPU checks
+"""The one loop that drives an in-process vLLM engine over a list of requests, and the bench's
+step split (through the one step timer, ``metrics.timed``). Harness jobs (tests, `dflash-vllm bench sampling-tau`), bench cells (`dflash_vllm/bench/worker.py`) and the GPU checks
 (`gpu_check.py`) all run through `drive`; they differ only in how requests are admitted:
 - ``arrive_step`` on a request: it joins at that engine step (scripted waves, in tests);
 - ``concurrency``: at most that many in flight, a new one joins as soon as one finishes
@@ -107,26 +107,23 @@ def install_step_timers(sync: bool = False) -> dict:
     """
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
+    from .metrics import timed
+
     acc: dict[str, float] = {}
     if sync:
         import torch
 
         sync = torch.cuda.is_available()
+    mode = "cuda-sync" if sync else "cpu"
 
-    def timed(name, fn):
-        def wrapper(*args, **kwargs):
-            t = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                if sync:
-                    torch.cuda.synchronize()
-                acc[name] = acc.get(name, 0.0) + time.perf_counter() - t
-        return wrapper
+    def add(name):
+        def observe(seconds):
+            acc[name] = acc.get(name, 0.0) + seconds
+        return observe
 
-    GPUModelRunner.execute_model = timed("verify_s", GPUModelRunner.execute_model)
-    GPUModelRunner.sample_tokens = timed("sample_and_draft_s", GPUModelRunner.sample_tokens)
-    GPUModelRunner.propose_draft_token_ids = timed("draft_s", GPUModelRunner.propose_draft_token_ids)
+    GPUModelRunner.execute_model = timed(GPUModelRunner.execute_model, add("verify_s"), lambda r: mode)
+    GPUModelRunner.sample_tokens = timed(GPUModelRunner.sample_tokens, add("sample_and_draft_s"), lambda r: mode)
+    GPUModelRunner.propose_draft_token_ids = timed(GPUModelRunner.propose_draft_token_ids, add("draft_s"), lambda r: mode)
     return acc
 
 

@@ -190,45 +190,53 @@ def read_draft_lengths() -> list[float]:
     return table.read_lengths() if table is not None else []
 
 
-class _Timer:
-    """Wall clock on CPU; on CUDA, event pairs resolved when they have completed."""
+def timed(fn, observe, mode_of):
+    """The one step timer: ``fn`` (a model-runner method) wrapped so that each call's duration
+    goes to ``observe(seconds)``. ``mode_of(runner)`` says how, per call: "" (not timed), "cpu"
+    (wall clock), "cuda" (a CUDA event pair, read once it has completed: never waits, the
+    /metrics timers) or "cuda-sync" (wall clock to a device synchronize: the device time of a
+    serialised step, the bench's split). /metrics (``install_runner_timers``) and the bench and
+    tests (``driver.install_step_timers``) both wrap through it."""
+    pending: list = []
 
-    def __init__(self, kind: str):
-        self.kind, self.pending = kind, []
+    def wrapper(runner, *args, **kwargs):
+        mode = mode_of(runner)
+        if not mode:
+            return fn(runner, *args, **kwargs)
+        if mode == "cuda":
+            import torch
 
-    def wrap(self, fn):
-        timer = self
-
-        def wrapper(runner, *args, **kwargs):
-            mode = runner.__dict__.get("_dflash_timing")
-            if mode is None:  # decided once per runner: this wraps the per-step hot path
-                mode = runner._dflash_timing = _timing_mode(runner)
-            if not mode:
-                return fn(runner, *args, **kwargs)
-            table = _table
+            start = torch.cuda.Event(enable_timing=True)
+            start.record()
+        else:
+            t0 = time.perf_counter()
+        try:
+            return fn(runner, *args, **kwargs)
+        finally:
             if mode == "cuda":
-                import torch
-
-                start = torch.cuda.Event(enable_timing=True)
-                start.record()
+                end = torch.cuda.Event(enable_timing=True)
+                end.record()
+                pending.append((start, end))
+                while pending and pending[0][1].query():
+                    a, b = pending.pop(0)
+                    observe(a.elapsed_time(b) / 1e3)
+                del pending[:-64]  # never grow without bound
             else:
-                t0 = time.perf_counter()
-            try:
-                return fn(runner, *args, **kwargs)
-            finally:
-                if mode == "cuda":
-                    end = torch.cuda.Event(enable_timing=True)
-                    end.record()
-                    timer.pending.append((start, end))
-                    while timer.pending and timer.pending[0][1].query():
-                        s, e = timer.pending.pop(0)
-                        table.observe(timer.kind, s.elapsed_time(e) / 1e3)
-                    del timer.pending[:-64]  # never grow without bound
-                else:
-                    table.observe(timer.kind, time.perf_counter() - t0)
+                if mode == "cuda-sync":
+                    import torch
 
-        wrapper.__wrapped__ = fn
-        return wrapper
+                    torch.cuda.synchronize()
+                observe(time.perf_counter() - t0)
+
+    wrapper.__wrapped__ = fn
+    return wrapper
+
+
+def _runner_mode(runner) -> str:
+    mode = runner.__dict__.get("_dflash_timing")
+    if mode is None:  # decided once per runner: this wraps the per-step hot path
+        mode = runner._dflash_timing = _timing_mode(runner)
+    return mode
 
 
 def _timing_mode(runner) -> str:
@@ -252,6 +260,7 @@ def install_runner_timers(runner_module) -> None:
     cls = runner_module.GPUModelRunner
     if getattr(cls.execute_model, "_dflash_timed", False):
         return
-    cls.execute_model = _Timer("verify").wrap(cls.execute_model)
-    cls.propose_draft_token_ids = _Timer("draft").wrap(cls.propose_draft_token_ids)
+    cls.execute_model = timed(cls.execute_model, lambda sec: _table.observe("verify", sec), _runner_mode)
+    cls.propose_draft_token_ids = timed(cls.propose_draft_token_ids, lambda sec: _table.observe("draft", sec),
+                                        _runner_mode)
     cls.execute_model._dflash_timed = True
