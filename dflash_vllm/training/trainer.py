@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.nn.functional as F
 
+from ..acceptance import tau
 from ..config import DFlashConfigError, DrafterConfig
 from ..options import add_options, opt, parse_into
 from ..torch_drafter import DFlashDrafter, target_layer_outputs
@@ -193,7 +194,7 @@ def offline_tau(drafter, embed, lm_head, feats, tokens, seq_lens, prompt_lens, b
         drafts = lm_head(hidden).argmax(-1).view(-1, block_size)[:, 1:]
         accepted.append((drafts == labels.view(-1, block_size)[:, 1:]).long().cumprod(-1).sum(-1))
     drafter.train(was_training)
-    return round(1 + torch.cat(accepted).float().mean().item(), 3) if accepted else float("nan")
+    return round(tau(torch.cat(accepted).tolist()), 3) if accepted else float("nan")
 
 
 def new_drafter_config(target_cfg, recipe: Recipe, mask_token_id: int) -> DrafterConfig:
