@@ -13,7 +13,7 @@
 #      answered the same way (turn1b.jsonl); train2.jsonl = train.jsonl + turn1b.jsonl;
 #   6. the drafter, block 16, target features cached on disk (fp16, one file per sequence): run 1,
 #      the paper recipe (500 steps); run 2 from run 1 with the loss on the first 8 mask positions
-#      (1,200 steps); run 3 from run 2 on train2 (1,000 steps, lr 6e-4). A finished run is skipped;
+#      (1,200 steps); run 3 from run 2 on train2 (400 steps, lr 6e-4). A finished run is skipped;
 #      a stopped one resumes (OUT/train_state.pt).
 set -euo pipefail
 # engine-starting stages take /tmp/dflash-engine.lock: one vLLM engine at a time on a small machine
@@ -55,6 +55,6 @@ RUN2=${RUN2:-deploy/smollm2/drafter-run2}
 [ -s "$OUT/model.safetensors" ] || nice -n 19 .venv/bin/dflash-vllm train --target "$T" --data "$D/train2.jsonl" --out "$OUT" \
   --init-from "$RUN2" --loss-positions 8 \
   --mask-token-id 16 --block-size 16 --num-draft-layers ${LAYERS:-2} --target-layer-ids ${TARGET_LAYERS:-1,7,14,20,27} \
-  --num-anchors 16 --batch-size 8 --max-steps ${RUN3_STEPS:-1000} --lr ${LR3:-6e-4} --threads 2 \
+  --num-anchors 16 --batch-size 8 --max-steps ${RUN3_STEPS:-400} --lr ${LR3:-6e-4} --threads 2 \
   --feature-cache "$D/features" --feature-cache-dtype float16 \
   --eval-data "$D/heldout.jsonl" --eval-every 100 --snapshot-every 200

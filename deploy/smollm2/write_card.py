@@ -13,6 +13,8 @@ import sys
 from dflash_vllm.paths import REPO
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# The bench result does not record which training run its drafter came from: say it here when it is rerun.
+BENCH_DRAFTER = "run 2's weights (1,700 steps, session 8), before run 3"
 
 
 def load(path):
@@ -52,21 +54,24 @@ def main() -> int:
         f"mask token {data.get('dflash_config', {}).get('mask_token_id', data.get('mask_token_id'))}; embedding and LM head are the target's",
         f"- paper recipe: random anchors ({r['num_anchors']} blocks per sequence), one sparse mask, CE weighted "
         f"exp(-(k-1)/7), AdamW cosine (warm-up {r['warmup_ratio']}), clip {r['grad_clip']}, batch {r['batch_size']}",
-        f"- data: {rec['num_examples']} examples = 1,400 generated prompts answered by the target itself through "
-        "vLLM (264k response tokens) + 120 multi-turn chats (`deploy/smollm2/data/README.md`)",
-        f"- steps: {total} ({total * r['batch_size'] / rec['num_examples']:.1f} epochs) in {len(chain)} run(s), each "
-        "starting from the one before (`--init-from`) with its own warm-up and cosine; target features cached on "
-        "disk in fp16:",
+        "- data: generated prompts answered by the target itself through vLLM, plus multi-turn chats built from "
+        "its own answers (`deploy/smollm2/data/README.md`): `train.jsonl` (1,400 prompts + 120 chats) for the first "
+        "runs, `train2.jsonl` (+1,152 prompts, 70 % more answer tokens) from run 3 on",
+        f"- steps: {total} in {len(chain)} run(s), each starting from the one before (`--init-from`) with its own "
+        "warm-up and cosine; target features cached on disk in fp16:",
     ]
     for i, x in enumerate(chain):
         xr = x["recipe"]
         cut = xr.get("loss_positions") or 0
-        lines.append(f"  - run {i + 1}: {x['steps']} steps, lr {xr['lr']}, loss on mask positions 1..{cut or xr['block_size'] - 1}"
+        lines.append(f"  - run {i + 1}: {x['steps']} steps on `{os.path.basename(x['data'])}` ({x['num_examples']} examples, "
+                     f"{x['steps'] * xr['batch_size'] / x['num_examples']:.1f} epochs), lr {xr['lr']}, "
+                     f"loss on mask positions 1..{cut or xr['block_size'] - 1}"
                      + (" (the LM head runs on those rows only: a step costs ~40 % less)" if cut else "")
                      + f"; {x['seconds'] / 60:.0f} min of wall time in its last (resumed) segment")
     lines += [
         "- the served numbers below were measured on the shipped fp16 weights",
-        "- time (2 cores): data regeneration through vLLM ~65 min. Run 1 took ~2 h 25 min of wall time over two "
+        "- time (2 cores): data regeneration through vLLM ~65 min for `train.jsonl`, ~45 min alone (plus shared "
+        "time) for the second batch. Run 1 took ~2 h 25 min of wall time over two "
         "sessions, mostly sharing the machine with soak and test runs (uncontended ~1 h 5 min: ~11 s per step "
         "while the feature cache fills in the first epoch, 5.5 s per step after)",
         "",
@@ -95,7 +100,8 @@ def main() -> int:
         + "(" + ", ".join(f"{k} {v:.2f}" for k, v in demo["tau_per_family"].items()) + f"); speed-up {demo['speedup']:.2f}x "
         f"(draft {demo['draft_ms']:.0f} ms + verify {demo['verify_ms']:.0f} ms per DFlash step).",
         "",
-        "Bench (`bench/results/bench-smollm2.json`), speed-up over no speculation and tau per cell:",
+        f"Bench (`bench/results/bench-smollm2.json`, measured on {BENCH_DRAFTER}), speed-up over no speculation "
+        "and tau per cell:",
         "",
         "| prompt set | concurrency | method | tok/s | speed-up | tau |",
         "|---|---|---|---|---|---|",
