@@ -37,24 +37,21 @@ flock /tmp/dflash-engine.lock $PY -m dflash_vllm.cli regen --target "$T" --promp
 [ -s "$D/train2.jsonl" ] || cat "$D/train.jsonl" "$D/turn1b.jsonl" > "$D/train2.jsonl"
 RUN1=${RUN1:-deploy/smollm2/drafter-run1}
 RUN2=${RUN2:-deploy/smollm2/drafter-run2}
+# One training run: OUT DATA STEPS LR [more train options]; skipped when OUT holds a finished
+# drafter, resumed from OUT/train_state.pt when it holds a stopped one.
+run() {
+  local out=$1 data=$2 steps=$3 lr=$4
+  shift 4
+  [ -s "$out/model.safetensors" ] || nice -n 19 .venv/bin/dflash-vllm train --target "$T" --data "$data" --out "$out" "$@" \
+    --mask-token-id 16 --block-size 16 --num-draft-layers ${LAYERS:-2} --target-layer-ids ${TARGET_LAYERS:-1,7,14,20,27} \
+    --num-anchors 16 --batch-size 8 --max-steps "$steps" --lr "$lr" --threads 2 \
+    --feature-cache "$D/features" --feature-cache-dtype float16 \
+    --eval-data "$D/heldout.jsonl" --eval-every 100 --snapshot-every 200
+}
 # run 1: the paper recipe from a fresh drafter
-[ -s "$RUN1/model.safetensors" ] || nice -n 19 .venv/bin/dflash-vllm train --target "$T" --data "$D/train.jsonl" --out "$RUN1" \
-  --mask-token-id 16 --block-size 16 --num-draft-layers ${LAYERS:-2} --target-layer-ids ${TARGET_LAYERS:-1,7,14,20,27} \
-  --num-anchors 16 --batch-size 8 --max-steps ${RUN1_STEPS:-500} --lr ${LR:-1e-3} --threads 2 \
-  --feature-cache "$D/features" --feature-cache-dtype float16 \
-  --eval-data "$D/heldout.jsonl" --eval-every 100 --snapshot-every 200
+run "$RUN1" "$D/train.jsonl" ${RUN1_STEPS:-500} ${LR:-1e-3}
 # run 2: from run 1, loss on mask positions 1..8 only (the LM head, most of a step, runs on those rows:
 # ~40 % cheaper per step; positions past 8 are almost never reached at this tau)
-[ -s "$RUN2/model.safetensors" ] || nice -n 19 .venv/bin/dflash-vllm train --target "$T" --data "$D/train.jsonl" --out "$RUN2" \
-  --init-from "$RUN1" --loss-positions 8 \
-  --mask-token-id 16 --block-size 16 --num-draft-layers ${LAYERS:-2} --target-layer-ids ${TARGET_LAYERS:-1,7,14,20,27} \
-  --num-anchors 16 --batch-size 8 --max-steps ${RUN2_STEPS:-1200} --lr ${LR:-1e-3} --threads 2 \
-  --feature-cache "$D/features" --feature-cache-dtype float16 \
-  --eval-data "$D/heldout.jsonl" --eval-every 100 --snapshot-every 200
+run "$RUN2" "$D/train.jsonl" ${RUN2_STEPS:-1200} ${LR:-1e-3} --init-from "$RUN1" --loss-positions 8
 # run 3: from run 2, on train2 (70 % more answer tokens), lr 6e-4
-[ -s "$OUT/model.safetensors" ] || nice -n 19 .venv/bin/dflash-vllm train --target "$T" --data "$D/train2.jsonl" --out "$OUT" \
-  --init-from "$RUN2" --loss-positions 8 \
-  --mask-token-id 16 --block-size 16 --num-draft-layers ${LAYERS:-2} --target-layer-ids ${TARGET_LAYERS:-1,7,14,20,27} \
-  --num-anchors 16 --batch-size 8 --max-steps ${RUN3_STEPS:-400} --lr ${LR3:-6e-4} --threads 2 \
-  --feature-cache "$D/features" --feature-cache-dtype float16 \
-  --eval-data "$D/heldout.jsonl" --eval-every 100 --snapshot-every 200
+run "$OUT" "$D/train2.jsonl" ${RUN3_STEPS:-400} ${LR3:-6e-4} --init-from "$RUN2" --loss-positions 8
