@@ -64,8 +64,6 @@ from . import envs
 
 CONFIG_KEY = "dflash_fixed_k"
 ADAPTIVE_KEY = "dflash_adaptive"
-ENV = envs.FIXED_K.name
-STATS_ENV = envs.ADAPTIVE_STATS.name  # "1": print the proposer's counters at exit (tests)
 
 
 # -- the one configuration key -------------------------------------------------------------------

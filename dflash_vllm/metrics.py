@@ -34,7 +34,6 @@ import time
 from . import envs
 from .acceptance import tau_from_counters
 
-ENV = envs.STEP_TIMES.name
 BUCKETS = (0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1.024, 2.048)
 KINDS = ("draft", "verify")
 _SLOTS = len(BUCKETS) + 3  # per kind: one count per bucket, +Inf, sum, count

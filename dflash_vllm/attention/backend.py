@@ -48,8 +48,6 @@ BACKEND_NAME = "CUSTOM"
 NULL_SLOT = 0
 
 
-CPU_ATTN_ENV = envs.CPU_ATTN.name  # "0": the PyTorch path on CPU too (A/B timing, fallback)
-
 
 def cpu_kernel_isa(kv_cache: torch.Tensor, head_size: int) -> str | None:
     """The ISA vLLM's CPU attention kernel runs for this cache, or None where the PyTorch path

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from .. import envs
 
-ENV = envs.ONEDNN_CACHE.name
 CAPACITY = 64
 
 

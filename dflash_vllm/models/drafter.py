@@ -41,8 +41,6 @@ _STACKED = {
 }
 
 
-FUSED_OPS_ENV = envs.FUSED_OPS.name  # "0": the layers' own forward (A/B timing)
-
 
 def fused_ops_available(device) -> bool:
     """vLLM's C++ RMSNorm / add+RMSNorm / SiLU-and-mul kernels, called directly on CPU.

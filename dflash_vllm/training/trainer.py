@@ -197,11 +197,6 @@ def offline_tau(drafter, embed, lm_head, feats, tokens, seq_lens, prompt_lens, b
     return round(tau(torch.cat(accepted).tolist()), 3) if accepted else float("nan")
 
 
-def new_drafter_config(target_cfg, recipe: Recipe, mask_token_id: int) -> DrafterConfig:
-    return DrafterConfig.for_target(target_cfg, num_layers=recipe.num_draft_layers, block_size=recipe.block_size,
-                                    mask_token_id=mask_token_id, target_layer_ids=recipe.target_layer_ids)
-
-
 class FeatureCache:
     """Target features on disk, one file per training sequence, so later epochs (and later runs,
     on this data or on a larger file that contains it) skip the target's forward. Files are named
@@ -305,7 +300,8 @@ def train(target_path: str, data_path: str, out: str, recipe: Recipe, mask_token
     if mask_token_id is None:
         tok = AutoTokenizer.from_pretrained(target_path)
         mask_token_id = tok.convert_tokens_to_ids("<|mask|>") if "<|mask|>" in tok.get_vocab() else tok.pad_token_id
-    cfg = new_drafter_config(target.config, recipe, mask_token_id)
+    cfg = DrafterConfig.for_target(target.config, num_layers=recipe.num_draft_layers, block_size=recipe.block_size,
+                                   mask_token_id=mask_token_id, target_layer_ids=recipe.target_layer_ids)
     drafter = DFlashDrafter(cfg, inject_every_layer=recipe.inject_every_layer)
     if init_from:
         _load_initial_weights(drafter, init_from)

@@ -7,7 +7,7 @@ import time
 import numpy as np
 import pytest
 
-from dflash_vllm import adaptive
+from dflash_vllm import adaptive, envs
 from dflash_vllm.adaptive import AcceptanceModel, AdaptivePolicy, CostModel
 
 pytestmark = pytest.mark.unit
@@ -146,14 +146,14 @@ def test_config_key_is_taken_out_for_vllm(monkeypatch):
     class Args:
         speculative_config = {"method": "dflash", "model": "x", "num_speculative_tokens": 7, "dflash_fixed_k": 3}
 
-    monkeypatch.setenv(adaptive.ENV, "")  # recorded, so the test leaves the environment as it found it
+    monkeypatch.setenv(envs.FIXED_K.name, "")  # recorded, so the test leaves the environment as it found it
     args = Args()
     adaptive.pop_config_key(args)
-    assert "dflash_fixed_k" not in args.speculative_config and os.environ[adaptive.ENV] == "3"
+    assert "dflash_fixed_k" not in args.speculative_config and os.environ[envs.FIXED_K.name] == "3"
     assert adaptive.fixed_k_from_env(7) == [3]
     args.speculative_config = {"num_speculative_tokens": 7, "dflash_fixed_k": None}
     adaptive.pop_config_key(args)
-    assert adaptive.ENV not in os.environ and adaptive.fixed_k_from_env(7) == [7]  # default: K every step
+    assert envs.FIXED_K.name not in os.environ and adaptive.fixed_k_from_env(7) == [7]  # default: K every step
     args.speculative_config = {"num_speculative_tokens": 7, "dflash_adaptive": True}
     adaptive.pop_config_key(args)
     assert "dflash_adaptive" not in args.speculative_config and adaptive.fixed_k_from_env(7) is None
@@ -161,7 +161,7 @@ def test_config_key_is_taken_out_for_vllm(monkeypatch):
         args.speculative_config = {"num_speculative_tokens": 7, "dflash_fixed_k": bad}
         with pytest.raises(DFlashConfigError, match="dflash_fixed_k"):
             adaptive.pop_config_key(args)
-    monkeypatch.setenv(adaptive.ENV, "0,0,9")
+    monkeypatch.setenv(envs.FIXED_K.name, "0,0,9")
     assert adaptive.fixed_k_from_env(7) == [0, 0, 7]
 
 

@@ -15,8 +15,8 @@ import math
 import pytest
 import torch
 
+from dflash_vllm import envs
 from dflash_vllm.attention.backend import (
-    CPU_ATTN_ENV,
     NULL_SLOT,
     DFlashAttentionImpl,
     DFlashAttentionMetadata,
@@ -38,7 +38,7 @@ GARBAGE = 50.0  # scale of the stale values every unused slot holds
 @pytest.fixture(autouse=True)
 def torch_path(monkeypatch):
     """The PyTorch path unless a test asks for the CPU kernel (it unsets the variable)."""
-    monkeypatch.setenv(CPU_ATTN_ENV, "0")
+    monkeypatch.setenv(envs.CPU_ATTN.name, "0")
 
 
 def random_block(num_reqs, seed=1):
@@ -224,7 +224,7 @@ def run_cpu_kernel(kv_cache, block_table, ctx_lens, block_size, q, blk_k, blk_v,
 def test_cpu_kernel_matches_dense_reference(block_size, monkeypatch):
     """Mixed lengths 1..2500, GQA: the kernel path equals the reference, and the only cache
     entries the attention changed are the block's own slots (the K + 1 reserved ones)."""
-    monkeypatch.delenv(CPU_ATTN_ENV)
+    monkeypatch.delenv(envs.CPU_ATTN.name)
     ctx_lens = MIXED_LENS
     kv_cache, _, block_table, ctx_k, ctx_v = make_paged_cache(
         ctx_lens, block_size, layout="HND", seed=block_size, lookahead=QUERY_LEN)
@@ -250,7 +250,7 @@ def test_cpu_kernel_matches_dense_reference(block_size, monkeypatch):
 def test_cpu_kernel_near_the_block_tables_reach(monkeypatch):
     """A request within K of the table's reach (near max_model_len): its block positions are
     clamped onto the last slot, it attends over what fits, and the other requests are exact."""
-    monkeypatch.delenv(CPU_ATTN_ENV)
+    monkeypatch.delenv(envs.CPU_ATTN.name)
     block_size = 32
     ctx_lens = [60, 220]
     kv_cache, _, block_table, ctx_k, ctx_v = make_paged_cache(
@@ -268,12 +268,12 @@ def test_cpu_kernel_near_the_block_tables_reach(monkeypatch):
 
 
 def test_cpu_kernel_declines_what_it_cannot_serve(monkeypatch):
-    monkeypatch.delenv(CPU_ATTN_ENV)
+    monkeypatch.delenv(envs.CPU_ATTN.name)
     cache = torch.zeros(4, NUM_KV_HEADS, 32, 2 * HEAD_DIM)
     assert cpu_kernel_isa(cache, HEAD_DIM) is not None
     assert cpu_kernel_isa(cache.permute(0, 2, 1, 3).contiguous().permute(0, 2, 1, 3), HEAD_DIM) is None  # not head-major
     assert cpu_kernel_isa(torch.zeros(4, NUM_KV_HEADS, 32, 2 * 24), 24) is None  # head size
     assert cpu_kernel_isa(torch.zeros(4, NUM_KV_HEADS, 8, 2 * HEAD_DIM), HEAD_DIM) is None  # block size
     assert cpu_kernel_isa(torch.tensor([]), HEAD_DIM) is None  # not bound yet
-    monkeypatch.setenv(CPU_ATTN_ENV, "0")
+    monkeypatch.setenv(envs.CPU_ATTN.name, "0")
     assert cpu_kernel_isa(cache, HEAD_DIM) is None

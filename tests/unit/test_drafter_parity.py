@@ -195,11 +195,11 @@ def random_inputs(cfg, seed):
 @pytest.mark.parametrize("fused", ["cpp", "modules"])
 @torch.inference_mode()
 def test_vllm_drafter_matches_pytorch_drafter(vllm_env, tmp_path, monkeypatch, fused, attention_bias, custom_ops, attention):
-    from dflash_vllm.attention.backend import CPU_ATTN_ENV, cpu_kernel_isa
-    from dflash_vllm.models.drafter import FUSED_OPS_ENV
+    from dflash_vllm import envs
+    from dflash_vllm.attention.backend import cpu_kernel_isa
 
-    monkeypatch.setenv(CPU_ATTN_ENV, "1" if attention == "cpu_kernel" else "0")
-    monkeypatch.setenv(FUSED_OPS_ENV, "1" if fused == "cpp" else "0")
+    monkeypatch.setenv(envs.CPU_ATTN.name, "1" if attention == "cpu_kernel" else "0")
+    monkeypatch.setenv(envs.FUSED_OPS.name, "1" if fused == "cpp" else "0")
     cfg, ref, model, vllm_config, target = make_pair(tmp_path, attention_bias=attention_bias, custom_ops=custom_ops)
     probe = torch.zeros(2, model.layers[0].self_attn.num_kv_heads, BLOCK, 2 * cfg.head_dim)
     assert (cpu_kernel_isa(probe, cfg.head_dim) is not None) == (attention == "cpu_kernel")
@@ -253,11 +253,10 @@ def old_context_k(model, target_features, positions):
 )
 @torch.inference_mode()
 def test_context_kv_unchanged_by_using_the_layer_modules(vllm_env, tmp_path, monkeypatch, dtype, custom_ops, shared_rope, exact, fused):
-    from dflash_vllm.attention.backend import CPU_ATTN_ENV
-    from dflash_vllm.models.drafter import FUSED_OPS_ENV
+    from dflash_vllm import envs
 
-    monkeypatch.setenv(CPU_ATTN_ENV, "0")  # the cache read back below in the PyTorch path's layout
-    monkeypatch.setenv(FUSED_OPS_ENV, "1" if fused else "0")
+    monkeypatch.setenv(envs.CPU_ATTN.name, "0")  # the cache read back below in the PyTorch path's layout
+    monkeypatch.setenv(envs.FUSED_OPS.name, "1" if fused else "0")
     torch.set_default_dtype(dtype)  # as vLLM's loader does while building a model
     try:
         cfg, _, model, _, _ = make_pair(tmp_path, attention_bias=False, num_layers=3, seed=5, custom_ops=custom_ops)

@@ -15,12 +15,12 @@ pytestmark = pytest.mark.unit
 
 
 def test_default_set_only_when_the_user_has_none(monkeypatch):
-    monkeypatch.delenv(cpu_onednn_cache.ENV, raising=False)
+    monkeypatch.delenv(envs.ONEDNN_CACHE.name, raising=False)
     assert cpu_onednn_cache.install() is True
-    assert os.environ[cpu_onednn_cache.ENV] == str(cpu_onednn_cache.CAPACITY)
-    monkeypatch.setenv(cpu_onednn_cache.ENV, "1024")
+    assert os.environ[envs.ONEDNN_CACHE.name] == str(cpu_onednn_cache.CAPACITY)
+    monkeypatch.setenv(envs.ONEDNN_CACHE.name, "1024")
     assert cpu_onednn_cache.install() is False
-    assert os.environ[cpu_onednn_cache.ENV] == "1024"
+    assert os.environ[envs.ONEDNN_CACHE.name] == "1024"
 
 
 def test_plugin_sets_it_when_vllm_ops_load():
@@ -29,7 +29,7 @@ def test_plugin_sets_it_when_vllm_ops_load():
     code = ("import os\nfrom dflash_vllm import _plugin\n_plugin.register()\n"
             "print(os.environ.get('ONEDNN_PRIMITIVE_CACHE_CAPACITY'))\n"
             "import vllm._custom_ops\nprint(os.environ.get('ONEDNN_PRIMITIVE_CACHE_CAPACITY'))\n")
-    env = {k: v for k, v in os.environ.items() if k not in (cpu_onednn_cache.ENV, envs.NATIVE.name)}
+    env = {k: v for k, v in os.environ.items() if k not in (envs.ONEDNN_CACHE.name, envs.NATIVE.name)}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split()[-2:] == ["None", str(cpu_onednn_cache.CAPACITY)], out.stdout
 
