@@ -70,8 +70,8 @@ def main() -> int:
                      + f"; {x['seconds'] / 60:.0f} min of wall time in its last (resumed) segment")
     lines += [
         "- the served numbers below were measured on the shipped fp16 weights",
-        "- time (2 cores): data regeneration through vLLM ~65 min for `train.jsonl`, ~45 min alone (plus shared "
-        "time) for the second batch. Run 1 took ~2 h 25 min of wall time over two "
+        "- time (2 cores): data regeneration through vLLM ~65 min for `train.jsonl`, ~50 min of wall time for the "
+        "second batch (15 alone, 34 beside a test run). Run 1 took ~2 h 25 min of wall time over two "
         "sessions, mostly sharing the machine with soak and test runs (uncontended ~1 h 5 min: ~11 s per step "
         "while the feature cache fills in the first epoch, 5.5 s per step after)",
         "",
