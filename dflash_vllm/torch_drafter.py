@@ -244,5 +244,5 @@ class DFlashDrafter(nn.Module):
         cfg.update(extra_config or {})
         with open(os.path.join(path, "config.json"), "w") as f:
             json.dump(cfg, f, indent=2)
-        state = {k: v.detach().contiguous() for k, v in self.state_dict().items()}
+        state = {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}
         save_file(state, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})

@@ -207,19 +207,22 @@ class PromptsJob:
     """One `dflash-vllm prompts` run: a prompt file for `dflash-vllm regen`, `bench NAME=PATH` or the demo."""
 
     out: str = opt(help="the .jsonl to write ({prompt} or {messages} per line)", required=True)
-    set: str = opt("mix", "mix: the generated mix above; task-suite: the demo target's task prompts at --seed; "
+    set: str = opt("mix", "mix: the generated mix above; self: user prompts sampled from --target (self-instruct); "
+                   "task-suite: the demo target's task prompts at --seed; "
                    "or built-in held-out sets, comma-separated (free, freechat, tasks, chat, code, ...)")
     n: int | None = opt(None, "how many (default: 1,600 for mix; every prompt of a fixed set such as free)")
     seed: int = opt(0, "generator seed (mix, task-suite, follow-ups)")
     exclude: str | None = opt(None, "mix: leave out the prompts of this .jsonl (a second batch of new prompts); "
                               "--n then counts the prompts kept")
+    target: str | None = opt(None, "self: the target model directory that writes the prompts")
+    device: str = opt("cuda", "self: torch device for the target")
     follow_ups_of: list[str] | None = opt(None, "instead: --n multi-turn chats from first turns "
                                           "(their prompts.jsonl, its regen output, the target)",
                                           nargs=3, metavar=("PROMPTS", "REGEN", "TARGET"))
 
 
 def _rows(job: PromptsJob) -> list[dict]:
-    from ..prompts import BUILTIN, FREE, FREE_CHAT, conversations
+    from ..prompts import BUILTIN, conversations
 
     if job.follow_ups_of:
         from transformers import AutoTokenizer
@@ -240,18 +243,38 @@ def _rows(job: PromptsJob) -> list[dict]:
 
         seen = {c[0]["content"] for c in read_conversations(job.exclude) if len(c) == 1}
         return [{"prompt": p} for p in make_prompts(n + len(seen), job.seed) if p not in seen][:n]
+    if job.set == "self":
+        if not job.target:
+            from ..config import DFlashConfigError
+
+            raise DFlashConfigError("--set self samples prompts from a model: pass --target DIR")
+        from ..prompts import read_conversations
+        from .hf_generate import load_target, user_prompts
+
+        held = {m["content"] for x in ("free", "freechat") for c in conversations(x, sizes_of(x)) for m in c
+                if m["role"] == "user"}
+        if job.exclude:
+            held |= {c[0]["content"] for c in read_conversations(job.exclude)}
+        model, tok = load_target(job.target, job.device)
+        return [{"prompt": p} for p in user_prompts(model, tok, job.n or 1600, job.seed, exclude=held)]
     if job.set == "task-suite":
         from .tasks import make_samples
 
         return [{"prompt": s.prompt} for s in make_samples(job.n or 6000, seed=job.seed)]
-    sizes = {"free": len(FREE), "freechat": len(FREE_CHAT)}
     names = [x.strip() for x in job.set.split(",") if x.strip()]
     unknown = [x for x in names if x not in BUILTIN]
     if unknown:
         from ..config import DFlashConfigError
 
         raise DFlashConfigError(f"unknown prompt set {unknown[0]!r}: use mix, task-suite or {', '.join(BUILTIN)}")
-    return [{"messages": m} for x in names for m in conversations(x, job.n or sizes.get(x, 64))]
+    return [{"messages": m} for x in names for m in conversations(x, job.n or sizes_of(x))]
+
+
+def sizes_of(name: str) -> int:
+    """How many prompts a built-in set has by default: every one of the hand-written held-out sets."""
+    from ..prompts import FREE, FREE_CHAT
+
+    return {"free": len(FREE), "freechat": len(FREE_CHAT)}.get(name, 64)
 
 
 def main(argv=None):

@@ -71,6 +71,11 @@ class TrainJob:
     eval_every: int = opt(0, "steps between offline tau evaluations (0: never)")
     snapshot_every: int = opt(0, "keep a servable drafter every N steps in OUT/step-N")
     init_from: str | None = opt(None, "drafter checkpoint to start from (a longer run on top of a shorter one)")
+    device: str = opt("cpu", "torch device (cuda: the target's features online on the GPU, TF32 matmuls)")
+    save_dtype: str = opt("float32", "dtype of the saved weights (float16 halves the checkpoint)",
+                          choices=["float32", "float16", "bfloat16"])
+    time_budget_s: float = opt(0.0, "fit the run into this many seconds: after 20 steps the schedule's length "
+                               "becomes min(--max-steps, what the measured step time allows); 0: no limit")
 
 
 def warmup_cosine(step: int, total: int, warm: int) -> float:
@@ -150,8 +155,11 @@ def drafter_loss(drafter, embed, lm_head, feats, tokens, anchors_per_seq, seq_le
     block_size = weights.numel() + 1
     block_ids, positions, labels, mask = build_block_inputs(tokens, anchors_per_seq, block_size, cfg.mask_token_id, seq_lens)
     b, t = tokens.shape
+    dev = feats.device
+    block_ids, positions, labels, mask = block_ids.to(dev), positions.to(dev), labels.to(dev), mask.to(dev)
+    weights = weights.to(dev)
     ctx = drafter.fuse(feats)
-    ctx_pos = torch.arange(t)[None].expand(b, -1)
+    ctx_pos = torch.arange(t, device=dev)[None].expand(b, -1)
     hidden = drafter(embed(block_ids), positions, ctx, ctx_pos, mask)
     a = labels.shape[1] // block_size
     hidden = hidden.view(b, a, block_size, -1)[:, :, 1:]
@@ -162,11 +170,12 @@ def drafter_loss(drafter, embed, lm_head, feats, tokens, anchors_per_seq, seq_le
     logits = lm_head(hidden[valid]).float()  # [N, V]
     lab = labels[valid]
     ce = F.cross_entropy(logits, lab, reduction="none")
-    k = torch.arange(block_size - 1).expand_as(labels)[valid]  # each label's position in its block, 0-based
+    k = torch.arange(block_size - 1, device=dev).expand_as(labels)[valid]  # each label's position in its block, 0-based
     w = weights[k]
     loss = (ce * w).sum() / w.sum().clamp_min(1e-6)
     hits = (logits.argmax(-1) == lab).float()
-    correct = torch.zeros(block_size - 1).index_add_(0, k, hits) / torch.zeros(block_size - 1).index_add_(0, k, torch.ones_like(hits)).clamp_min(1)
+    zeros = torch.zeros(block_size - 1, device=dev)
+    correct = zeros.index_add(0, k, hits) / zeros.index_add(0, k, torch.ones_like(hits)).clamp_min(1)
     # positions with weight 0 are not evaluated: their accuracy reads 0
     return loss, correct
 
@@ -188,9 +197,10 @@ def offline_tau(drafter, embed, lm_head, feats, tokens, seq_lens, prompt_lens, b
         anchors = [list(range(prompt_lens[i], n - block_size + 1, stride))]
         if not anchors[0]:
             continue
-        tok = tokens[i : i + 1, :n]
-        block_ids, positions, labels, mask = build_block_inputs(tok, anchors, block_size, drafter.cfg.mask_token_id, [n])
-        hidden = drafter(embed(block_ids), positions, drafter.fuse(feats[i : i + 1, :n]), torch.arange(n)[None], mask)
+        tok = tokens[i : i + 1, :n].cpu()
+        dev = feats.device
+        block_ids, positions, labels, mask = (x.to(dev) for x in build_block_inputs(tok, anchors, block_size, drafter.cfg.mask_token_id, [n]))
+        hidden = drafter(embed(block_ids), positions, drafter.fuse(feats[i : i + 1, :n]), torch.arange(n, device=dev)[None], mask)
         drafts = lm_head(hidden).argmax(-1).view(-1, block_size)[:, 1:]
         accepted.append((drafts == labels.view(-1, block_size)[:, 1:]).long().cumprod(-1).sum(-1))
     drafter.train(was_training)
@@ -270,6 +280,12 @@ def initial_record(path: str) -> dict:
     return rec
 
 
+def _device_name(device: str) -> str:
+    if device.startswith("cuda") and torch.cuda.is_available():
+        return f"{device} ({torch.cuda.get_device_name(torch.device(device))})"
+    return device
+
+
 def load_examples(path: str) -> list[dict]:
     with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]
@@ -279,7 +295,8 @@ def train(target_path: str, data_path: str, out: str, recipe: Recipe, mask_token
           max_steps: int | None = None, progress: bool = True, threads: int = 0,
           feature_cache: str | None = None, feature_cache_dtype: str = "float32",
           eval_data: str | None = None, eval_every: int = 0, snapshot_every: int = 0,
-          init_from: str | None = None) -> dict:
+          init_from: str | None = None, device: str = "cpu", time_budget_s: float = 0.0,
+          save_dtype: str = "float32") -> dict:
     """Train and save a drafter in the published format; returns the training record.
 
     Target features are computed online from the frozen target, or, with `feature_cache` (a
@@ -287,14 +304,19 @@ def train(target_path: str, data_path: str, out: str, recipe: Recipe, mask_token
     (held-out jsonl in the same format), `offline_tau` is recorded every `eval_every` steps;
     `snapshot_every` keeps a servable drafter every that many steps in `out/step-N`.
     `init_from`: start from a drafter checkpoint (same shape) instead of a fresh one: a longer
-    run on top of a shorter one, with its own schedule."""
+    run on top of a shorter one, with its own schedule. `device`: where the target and drafter run
+    (token bookkeeping stays on the host); `time_budget_s`: see `TrainJob`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if threads:
         torch.set_num_threads(threads)
     torch.manual_seed(recipe.seed)
     rng = random.Random(recipe.seed)
-    target = AutoModelForCausalLM.from_pretrained(target_path, dtype=torch.float32).eval()
+    if device.startswith("cuda"):
+        from .regen import torch_tf32
+
+        torch_tf32(True)
+    target = AutoModelForCausalLM.from_pretrained(target_path, dtype=torch.float32).to(device).eval()
     for p in target.parameters():
         p.requires_grad_(False)
     if mask_token_id is None:
@@ -305,14 +327,15 @@ def train(target_path: str, data_path: str, out: str, recipe: Recipe, mask_token
     drafter = DFlashDrafter(cfg, inject_every_layer=recipe.inject_every_layer)
     if init_from:
         _load_initial_weights(drafter, init_from)
+    drafter.to(device)
     embed, lm_head = target.get_input_embeddings(), target.get_output_embeddings()
     examples = load_examples(data_path)
     cache = FeatureCache(feature_cache, target_path, cfg.target_layer_ids, feature_cache_dtype) if feature_cache else None
     steps_per_epoch = math.ceil(len(examples) / recipe.batch_size)
     total = max_steps or max(1, int(steps_per_epoch * recipe.epochs))
-    warm = max(1, int(recipe.warmup_ratio * total))
+    plan = {"total": total, "warm": max(1, int(recipe.warmup_ratio * total))}  # a time budget may shorten it
     opt = torch.optim.AdamW(drafter.parameters(), lr=recipe.lr, weight_decay=recipe.weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_cosine(s, total, warm))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_cosine(s, plan["total"], plan["warm"]))
     weights = loss_weights(recipe.block_size, recipe.decay, recipe.loss_positions)
     state_path = os.path.join(out, "train_state.pt")
     step, losses, accs, taus = 0, [], [], []
@@ -324,7 +347,7 @@ def train(target_path: str, data_path: str, out: str, recipe: Recipe, mask_token
         t_e = max(map(len, seqs_e))
         tok_e = torch.tensor([x + [0] * (t_e - len(x)) for x in seqs_e])
         att_e = torch.tensor([[1] * len(x) + [0] * (t_e - len(x)) for x in seqs_e])
-        held = (target_features(target, tok_e, cfg.target_layer_ids, att_e), tok_e, [len(x) for x in seqs_e],
+        held = (target_features(target, tok_e.to(device), cfg.target_layer_ids, att_e.to(device)), tok_e, [len(x) for x in seqs_e],
                 [len(e["prompt_ids"]) for e in ev])
 
     def evaluate_now():
@@ -337,20 +360,32 @@ def train(target_path: str, data_path: str, out: str, recipe: Recipe, mask_token
         s = torch.load(state_path, weights_only=True)  # plain tensors and numbers: no pickled code runs
         drafter.load_state_dict(s["drafter"]), opt.load_state_dict(s["opt"]), sched.load_state_dict(s["sched"])
         step, losses, accs, rng_state = s["step"], s["losses"], s["accs"], s["rng"]
+        plan.update(s.get("plan", {}))
         taus = s.get("taus", [])
         rng.setstate(rng_state)
         torch.set_rng_state(s["torch_rng"])
     order: list[int] = []
     t0 = time.time()
+    probe = (step + 20, None)  # (step, time) where the time budget measures the step time
     bar = None
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=total, initial=step, desc="drafter", dynamic_ncols=True)
+        bar = tqdm(total=plan["total"], initial=step, desc="drafter", dynamic_ncols=True)
     drafter.train()
     if not taus:
         evaluate_now()
-    while step < total:
+    while step < plan["total"]:
+        if time_budget_s and step == probe[0] - 15:
+            probe = (probe[0], time.time())  # 5 steps of warm-up (allocator, kernels) before timing
+        if time_budget_s and step == probe[0]:
+            per_step = (time.time() - probe[1]) / 15
+            fit = step + int((time_budget_s - (time.time() - t0)) / per_step)
+            if fit < plan["total"]:
+                plan.update(total=max(step + 1, fit), warm=max(1, int(recipe.warmup_ratio * fit)))
+                if bar is not None:
+                    bar.total = plan["total"]
+
         if not order:
             order = list(range(len(examples)))
             rng.shuffle(order)
@@ -362,9 +397,9 @@ def train(target_path: str, data_path: str, out: str, recipe: Recipe, mask_token
         tokens = torch.tensor([s + [0] * (t_max - len(s)) for s in seqs])
         attn = torch.tensor([[1] * n + [0] * (t_max - n) for n in lens])
         if cache is not None:
-            feats = cache.get(target, seqs, cfg.target_layer_ids)
+            feats = cache.get(target, seqs, cfg.target_layer_ids).to(device)
         else:
-            feats = target_features(target, tokens, cfg.target_layer_ids, attn)
+            feats = target_features(target, tokens.to(device), cfg.target_layer_ids, attn.to(device))
         anchors = [pick_anchors(len(ex["prompt_ids"]), n, recipe.num_anchors, recipe.block_size, rng, recipe.random_anchors)
                    for ex, n in zip(batch, lens)]
         loss, acc = drafter_loss(drafter, embed, lm_head, feats, tokens, anchors, lens, weights)
@@ -383,8 +418,8 @@ def train(target_path: str, data_path: str, out: str, recipe: Recipe, mask_token
             evaluate_now()
         if snapshot_every and step % snapshot_every == 0:
             drafter.save_pretrained(os.path.join(out, f"step-{step}"), extra_config={"dflash_vllm_training": {"recipe": asdict(recipe), "steps": step}})
-        if step % 100 == 0 or step == total:
-            torch.save({"drafter": drafter.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(), "step": step,
+        if step % 100 == 0 or step == plan["total"]:
+            torch.save({"drafter": drafter.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(), "step": step, "plan": plan,
                         "losses": losses, "accs": accs, "taus": taus, "rng": rng.getstate(), "torch_rng": torch.get_rng_state()}, state_path)
     if bar is not None:
         bar.close()
@@ -392,7 +427,8 @@ def train(target_path: str, data_path: str, out: str, recipe: Recipe, mask_token
 
     record = {
         "recipe": asdict(recipe), "target": os.path.abspath(target_path), "data": os.path.abspath(data_path),
-        "num_examples": len(examples), "steps": step,
+        "num_examples": len(examples), "steps": step, "device": _device_name(device),
+        "time_budget_s": time_budget_s or None,
         "features": f"cached in {os.path.abspath(feature_cache)} ({feature_cache_dtype})" if feature_cache else "online", "seconds": round(time.time() - t0, 1),
         "final_loss_mean_last_50": round(sum(losses[-50:]) / max(1, len(losses[-50:])), 4),
         "position_accuracy_last_50": [round(sum(a[k] for a in accs[-50:]) / max(1, len(accs[-50:])), 3) for k in range(recipe.block_size - 1)],
@@ -402,6 +438,7 @@ def train(target_path: str, data_path: str, out: str, recipe: Recipe, mask_token
     }
     if init_from:
         record["init_from"] = initial_record(init_from)
+    drafter.to("cpu", getattr(torch, save_dtype))
     drafter.save_pretrained(out, extra_config={"dflash_vllm_training": {"recipe": asdict(recipe), "steps": step}})
     with open(os.path.join(out, "training_record.json"), "w") as f:
         json.dump(record, f, indent=1)
@@ -418,7 +455,8 @@ def main(argv=None):
     record = train(job.target, job.data, job.out, recipe, job.mask_token_id, job.max_steps, threads=job.threads,
                    feature_cache=job.feature_cache, feature_cache_dtype=job.feature_cache_dtype,
                    eval_data=job.eval_data, eval_every=job.eval_every, snapshot_every=job.snapshot_every,
-                   init_from=job.init_from)
+                   init_from=job.init_from, device=job.device, time_budget_s=job.time_budget_s,
+                   save_dtype=job.save_dtype)
     print(json.dumps({k: v for k, v in record.items() if k != "loss_curve_every_20"}, indent=1))
 
 
