@@ -21,10 +21,10 @@ T=${TARGET:-/tmp/smollm2-target}
 W=${WORK:-/tmp/smollm2-gpu}
 D=deploy/smollm2/data
 DEV=${DEVICE:-cuda}
-N_SELF=${N_SELF:-8000}
+N_SELF=${N_SELF:-6000}
 N_CHATS=${N_CHATS:-3000}
 MIX=${MIX:-$D/prompts3.jsonl}
-BATCH=${GEN_BATCH:-1024}
+BATCH=${GEN_BATCH:-2048}
 TRAIN_BUDGET=${TRAIN_BUDGET:-210}
 LAYERS_A=${LAYERS_A:-2}
 LAYERS_B=${LAYERS_B:-4}
@@ -44,14 +44,14 @@ regen() { cli regen --engine hf --device "$DEV" --target "$T" --batch-size "$BAT
   --n "$N_SELF" --seed 3 --exclude "$D/prompts.jsonl" --out "$W/prompts_self.jsonl"
 stage heldout regen --prompts "$D/heldout_prompts.jsonl" --out "$W/heldout_hf.jsonl" --max-tokens 200 \
   --compare-to "$D/heldout.jsonl"
-stage answers_mix regen --prompts "$MIX" --out "$W/turn1c.jsonl" --max-tokens 200 --time-budget-s "${MIX_BUDGET:-90}"
-touch "$W/turn1d.jsonl"
+stage answers_mix regen --prompts "$MIX" --out "$W/turn1c.jsonl" --max-tokens 200 --time-budget-s "${MIX_BUDGET:-70}"
+touch "$W/turn1c.jsonl" "$W/turn1d.jsonl" "$W/turn2c.jsonl"
 [ ! -s "$W/prompts_self.jsonl" ] || stage answers_self regen --prompts "$W/prompts_self.jsonl" --out "$W/turn1d.jsonl" \
-  --max-tokens 200 --time-budget-s "${SELF_BUDGET:-60}"
+  --max-tokens 200 --time-budget-s "${SELF_BUDGET:-45}"
 [ -s "$W/chats3.jsonl" ] || stage chats cli prompts --n "$N_CHATS" --seed 3 --out "$W/chats3.jsonl" \
   --follow-ups-of "$MIX" "$W/turn1c.jsonl" "$T"
 stage answers_chats regen --prompts "$W/chats3.jsonl" --out "$W/turn2c.jsonl" --max-tokens 160 \
-  --time-budget-s "${CHAT_BUDGET:-30}"
+  --time-budget-s "${CHAT_BUDGET:-20}"
 cat "$D/train2.jsonl" "$W/turn1c.jsonl" "$W/turn1d.jsonl" "$W/turn2c.jsonl" > "$W/train3.jsonl"
 wc -l "$W"/turn1c.jsonl "$W"/turn1d.jsonl "$W"/turn2c.jsonl "$W/train3.jsonl" | tee -a "$W/stages.log"
 

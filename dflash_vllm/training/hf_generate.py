@@ -82,7 +82,7 @@ def _user_turn_prefix(tok) -> str:
     return text[: text.index(mark)]
 
 
-def user_prompts(model, tok, n: int, seed: int = 0, batch_size: int = 512, max_new_tokens: int = 80,
+def user_prompts(model, tok, n: int, seed: int = 0, batch_size: int = 2048, max_new_tokens: int = 80,
                  exclude: set[str] = frozenset(), temperature: float = 1.0, top_p: float = 0.95) -> list[str]:
     """Up to `n` distinct user prompts written by the target (see the module docstring).
 
@@ -97,7 +97,7 @@ def user_prompts(model, tok, n: int, seed: int = 0, batch_size: int = 512, max_n
     kept: list[str] = []
     rounds = 0
     while len(kept) < n and rounds < 8:
-        want = min(batch_size * 8, int((n - len(kept)) * 1.5) + 8)
+        want = min(batch_size * 2, int((n - len(kept)) * 1.5) + 8)
         starters = [r.choice(STARTERS) for _ in range(want)]
         ids = [tok(prefix + s, add_special_tokens=False)["input_ids"] for s in starters]
         outs = generate(model, ids, max_new_tokens, eos, tok.pad_token_id if tok.pad_token_id is not None else eos[0],

@@ -76,16 +76,17 @@ def regenerate_hf(target: str, prompts: list, out: str, max_tokens: int = 256, t
                   seed: int = 0, chunk: int = 1024, device: str = "cuda", batch_size: int = 256,
                   time_budget_s: float = 0.0) -> int:
     """`regenerate` through `transformers` (no vLLM: see `hf_generate`), fp32 with TF32 off.
-    With `time_budget_s`, no chunk starts after the budget: the file then holds a prefix of the
+    With `time_budget_s`, no chunk starts once that much generation time has passed: the file then holds a prefix of the
     answers (a rerun goes on from there). Returns how many answers the file holds."""
     from ..prompts import chat_ids
     from .hf_generate import end_ids, generate, load_target
 
-    t0 = time.time()
     torch_tf32(False)
     model, tok = load_target(target, device)
+    t0 = time.time()  # the budget is generation time: loading is not in it
     ids = [chat_ids(tok, p) for p in prompts]
     done = _resume(out, ids)
+    open(out, "a").close()  # the file exists even when the budget allows no chunk
     eos = end_ids(tok, model)
     pad = tok.pad_token_id if tok.pad_token_id is not None else eos[0]
     for start in range(done, len(ids), chunk):
