@@ -117,13 +117,22 @@ def conversations(name: str, n: int) -> list[list[dict]]:
     raise DFlashConfigError(f"unknown prompt set {name!r}: use one of {', '.join(BUILTIN)} or NAME=PATH")
 
 
+def open_text(path: str):
+    """A text file for reading; ``.xz`` ones decompressed on the fly (the training data kept in git)."""
+    if path.endswith(".xz"):
+        import lzma
+
+        return lzma.open(path, "rt")
+    return open(path)
+
+
 def read_conversations(path: str) -> list[list[dict]]:
     """Every prompt in a file, as a conversation: .jsonl lines hold {"messages": [...]} or
     {"prompt": "..."}; any other file holds one user prompt per non-empty line, with a literal
-    \\n for a line break. The one reader behind `bench --prompt-sets NAME=PATH` and `regen --prompts`."""
+    \\n for a line break; either may be xz-compressed (``.xz``). The one reader behind `bench --prompt-sets NAME=PATH` and `regen --prompts`."""
     try:
-        with open(path) as f:
-            if path.endswith(".jsonl"):
+        with open_text(path) as f:
+            if path.removesuffix(".xz").endswith(".jsonl"):
                 rows = [json.loads(line) for line in f if line.strip()]
                 convs = [r["messages"] if r.get("messages") else [{"role": "user", "content": r["prompt"]}] for r in rows]
             else:

@@ -287,7 +287,10 @@ def _device_name(device: str) -> str:
 
 
 def load_examples(path: str) -> list[dict]:
-    with open(path) as f:
+    """jsonl examples (``.jsonl.xz`` too)."""
+    from ..prompts import open_text
+
+    with open_text(path) as f:
         return [json.loads(line) for line in f if line.strip()]
 
 
