@@ -2,7 +2,7 @@
 
 Two pairs: ``--pair tasks`` (default: the shipped 3.6M-parameter demo target trained on a
 templated task suite, and its drafter) and ``--pair smollm2`` (SmolLM2-135M-Instruct, a real
-instruct model, with the drafter `deploy/smollm2/make_drafter.sh` trains; held-out freely phrased
+instruct model, with the drafter `deploy/smollm2/make_drafter_gpu.sh` trains; held-out freely phrased
 prompts and multi-turn chats, tau per family). Starts ``dflash-vllm serve`` on
 127.0.0.1 with DFlash, sends held-out prompts through the ordinary `openai` client, prints completions, then measures the same prompts against a
 server without speculation; reports output tokens/s both ways (same run, same machine), the
@@ -134,7 +134,7 @@ def _delta(before: dict, after: dict, name: str) -> float:
 @dataclass
 class DemoOptions:
     pair: str = opt("tasks", "tasks: the shipped templated demo pair (default); smollm2: SmolLM2-135M-Instruct and its "
-                    "drafter from deploy/smollm2/make_drafter.sh", choices=["tasks", "smollm2"])
+                    "drafter from deploy/smollm2/make_drafter_gpu.sh", choices=["tasks", "smollm2"])
     target: str | None = opt(None, "override the pair's target directory")
     drafter: str | None = opt(None, "override the pair's drafter directory")
     num_speculative_tokens: int = opt(15, "drafts per step (K)")

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Train the SmolLM2-135M-Instruct DFlash drafter from nothing on a CPU machine. Every stage is
+# Train the SmolLM2-135M-Instruct DFlash drafter from nothing on a CPU machine (the shipped drafter now
+# comes from make_drafter_gpu.sh, on a GPU; this one lands in deploy/smollm2/drafter-run3). Every stage is
 # skipped when its output exists, and training resumes from OUT/train_state.pt, so the script can
 # be stopped and rerun (regen resumes after its last complete chunk). The data stages ran once and
 # their output is in git (deploy/smollm2/data/README.md); the training record lands in OUT.
@@ -21,7 +22,7 @@ cd "$(dirname "$0")/../.."
 PY=.venv/bin/python
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}  # vLLM drops to 1 thread otherwise
 D=${DATA:-deploy/smollm2/data}
-OUT=${OUT:-deploy/smollm2/drafter}
+OUT=${OUT:-deploy/smollm2/drafter-run3}  # the shipped drafter comes from make_drafter_gpu.sh
 T=deploy/smollm2/target
 mkdir -p "$D"
 $PY -m dflash_vllm.smollm2 --out "$T"
