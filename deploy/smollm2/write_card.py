@@ -49,6 +49,7 @@ def main() -> int:
     gpu = load("deploy/smollm2/data/gpu/run.json")
     demo = load("bench/results/demo-smollm2.json")
     demo_cpu = load("bench/results/demo-smollm2-cpu-run3.json")
+    demo_ad = load("bench/results/demo-smollm2-adaptive.json")
     bench = load("bench/results/bench-smollm2.json")
     data = load("deploy/smollm2/drafter/config.json")
     r = rec["recipe"]
@@ -112,6 +113,10 @@ def main() -> int:
         f"{demo['identical_outputs']}/{demo['num_prompts']}; tau {demo['tau']:.2f} "
         + "(" + ", ".join(f"{k} {v:.2f}" for k, v in demo["tau_per_family"].items()) + f"); speed-up {demo['speedup']:.2f}x "
         f"(draft {demo['draft_ms']:.0f} ms + verify {demo['verify_ms']:.0f} ms per DFlash step).",
+        "",
+        f"The same prompts with the adaptive draft-length policy (`dflash-vllm demo`, this pair's default; "
+        f"`bench/results/demo-smollm2-adaptive.json`): speed-up {demo_ad['speedup']:.2f}x, tau {demo_ad['tau']:.2f}, "
+        f"outputs identical {demo_ad['identical_outputs']}/{demo_ad['num_prompts']}.",
         "",
         f"Bench (`bench/results/bench-smollm2.json`, measured on {BENCH_DRAFTER}), speed-up over no speculation "
         "and tau per cell:",
