@@ -277,6 +277,10 @@ def test_context_kv_unchanged_by_using_the_layer_modules(vllm_env, tmp_path, mon
     assert model.fused == fused
     if exact:
         tol = v_tol = dict(rtol=0, atol=0)
+        if custom_ops == "all":
+            # vLLM's CPU rotary kernel: bit-equal to the PyTorch ops on the earlier sessions' CPUs,
+            # within fp32 rounding (2.4e-7 at most) on an AVX-512 EPYC; V does not go through it
+            tol = dict(rtol=1.3e-6, atol=1e-5)
     elif not fused:
         tol, v_tol = dict(rtol=2**-7, atol=2**-7), dict(rtol=0, atol=0)
     else:  # the C++ norm (also hidden_norm, so V too): fp32 rounding, or one bf16 ulp
