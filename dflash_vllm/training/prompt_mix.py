@@ -5,6 +5,7 @@ made in a second pass from the target's own first answers (`follow_ups`).
 
     dflash-vllm prompts --n 1600 --out data.jsonl                  # the mix
     dflash-vllm prompts --set free,freechat --out heldout.jsonl    # built-in held-out sets
+    dflash-vllm prompts --set self --target T --n 6000 --out s.jsonl  # written by the target (hf_generate.py)
 
 The held-out evaluation prompts (`dflash_vllm.prompts.FREE` and `FREE_CHAT`) are written by
 hand in other words; `tests/unit/test_prompt_mix.py` checks none of them is generated here.
