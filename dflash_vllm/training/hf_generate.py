@@ -13,8 +13,6 @@ prompt mix no template list gives, in the target's own words.
 
 from __future__ import annotations
 
-import time
-
 import torch
 
 # Openers of the sampled user turns: each request starts with one, so the mix covers asking,
@@ -23,6 +21,12 @@ STARTERS = ("", "How", "What", "Why", "Write", "Explain", "Can you", "Give me", 
             "Create", "Help me", "I", "My", "Please", "Compare", "Summarize", "Which", "Is", "Should I", "Suggest",
             "Plan", "Rewrite", "Solve", "Imagine", "Who", "When", "Where", "Do you", "Could you", "Make",
             "Calculate", "Convert", "Sort", "Fix", "In Python,", "Translate", "Name", "Teach me")
+
+
+def torch_tf32(on: bool) -> None:
+    """TF32 matmuls on CUDA: off for answers that should match fp32 elsewhere, on for training."""
+    torch.backends.cuda.matmul.allow_tf32 = on
+    torch.backends.cudnn.allow_tf32 = on
 
 
 def load_target(path: str, device: str):
@@ -42,12 +46,9 @@ def end_ids(tok, model) -> list[int]:
 
 @torch.no_grad()
 def generate(model, prompts: list[list[int]], max_new_tokens: int, eos: list[int], pad_id: int,
-             batch_size: int = 256, temperature: float = 0.0, top_p: float = 1.0, seed: int = 0,
-             deadline: float | None = None) -> list[list[int] | None]:
-    """Answers (token ids, cut after the first end token, which is kept) to `prompts`, in order.
-
-    Prompts run longest first in left-padded batches of `batch_size`; with `deadline` (a
-    `time.time()` value) no new batch starts after it, and prompts not reached get None."""
+             batch_size: int = 256, temperature: float = 0.0, top_p: float = 1.0, seed: int = 0) -> list[list[int]]:
+    """Answers (token ids, cut after the first end token, which is kept) to `prompts`, in order;
+    prompts run longest first in left-padded batches of `batch_size`."""
     from transformers import GenerationConfig
 
     device = next(model.parameters()).device
@@ -55,11 +56,9 @@ def generate(model, prompts: list[list[int]], max_new_tokens: int, eos: list[int
                           pad_token_id=pad_id, temperature=temperature if temperature > 0 else None,
                           top_p=top_p if temperature > 0 else None, top_k=None)
     order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
-    out: list[list[int] | None] = [None] * len(prompts)
+    out: list[list[int]] = [[] for _ in prompts]
     end = set(eos)
     for s in range(0, len(order), batch_size):
-        if deadline is not None and time.time() > deadline:
-            break
         idx = order[s : s + batch_size]
         t = max(len(prompts[i]) for i in idx)
         ids = torch.tensor([[pad_id] * (t - len(prompts[i])) + prompts[i] for i in idx], device=device)

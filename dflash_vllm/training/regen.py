@@ -79,7 +79,7 @@ def regenerate_hf(target: str, prompts: list, out: str, max_tokens: int = 256, t
     With `time_budget_s`, no chunk starts once that much generation time has passed: the file then holds a prefix of the
     answers (a rerun goes on from there). Returns how many answers the file holds."""
     from ..prompts import chat_ids
-    from .hf_generate import end_ids, generate, load_target
+    from .hf_generate import end_ids, generate, load_target, torch_tf32
 
     torch_tf32(False)
     model, tok = load_target(target, device)
@@ -97,13 +97,6 @@ def regenerate_hf(target: str, prompts: list, out: str, max_tokens: int = 256, t
         _append(out, part, answers)
         done = start + len(part)
     return done
-
-
-def torch_tf32(on: bool) -> None:
-    import torch
-
-    torch.backends.cuda.matmul.allow_tf32 = on
-    torch.backends.cudnn.allow_tf32 = on
 
 
 def compare(answers_path: str, reference_path: str) -> dict:

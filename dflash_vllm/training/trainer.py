@@ -192,13 +192,13 @@ def offline_tau(drafter, embed, lm_head, feats, tokens, seq_lens, prompt_lens, b
     was_training = drafter.training
     drafter.eval()
     accepted = []
+    dev = feats.device
     for i in range(tokens.shape[0]):  # one sequence at a time: logits for every anchor are large
         n = seq_lens[i]
         anchors = [list(range(prompt_lens[i], n - block_size + 1, stride))]
         if not anchors[0]:
             continue
         tok = tokens[i : i + 1, :n].cpu()
-        dev = feats.device
         block_ids, positions, labels, mask = (x.to(dev) for x in build_block_inputs(tok, anchors, block_size, drafter.cfg.mask_token_id, [n]))
         hidden = drafter(embed(block_ids), positions, drafter.fuse(feats[i : i + 1, :n]), torch.arange(n, device=dev)[None], mask)
         drafts = lm_head(hidden).argmax(-1).view(-1, block_size)[:, 1:]
@@ -316,7 +316,7 @@ def train(target_path: str, data_path: str, out: str, recipe: Recipe, mask_token
     torch.manual_seed(recipe.seed)
     rng = random.Random(recipe.seed)
     if device.startswith("cuda"):
-        from .regen import torch_tf32
+        from .hf_generate import torch_tf32
 
         torch_tf32(True)
     target = AutoModelForCausalLM.from_pretrained(target_path, dtype=torch.float32).to(device).eval()
@@ -336,9 +336,13 @@ def train(target_path: str, data_path: str, out: str, recipe: Recipe, mask_token
     cache = FeatureCache(feature_cache, target_path, cfg.target_layer_ids, feature_cache_dtype) if feature_cache else None
     steps_per_epoch = math.ceil(len(examples) / recipe.batch_size)
     total = max_steps or max(1, int(steps_per_epoch * recipe.epochs))
-    plan = {"total": total, "warm": max(1, int(recipe.warmup_ratio * total))}  # a time budget may shorten it
+    plan = {"total": total}  # a time budget may shorten it
+
+    def lr_factor(s: int) -> float:
+        return warmup_cosine(s, plan["total"], max(1, int(recipe.warmup_ratio * plan["total"])))
+
     opt = torch.optim.AdamW(drafter.parameters(), lr=recipe.lr, weight_decay=recipe.weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_cosine(s, plan["total"], plan["warm"]))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
     weights = loss_weights(recipe.block_size, recipe.decay, recipe.loss_positions)
     state_path = os.path.join(out, "train_state.pt")
     step, losses, accs, taus = 0, [], [], []
@@ -363,13 +367,14 @@ def train(target_path: str, data_path: str, out: str, recipe: Recipe, mask_token
         s = torch.load(state_path, weights_only=True)  # plain tensors and numbers: no pickled code runs
         drafter.load_state_dict(s["drafter"]), opt.load_state_dict(s["opt"]), sched.load_state_dict(s["sched"])
         step, losses, accs, rng_state = s["step"], s["losses"], s["accs"], s["rng"]
-        plan.update(s.get("plan", {}))
+        plan["total"] = s.get("plan", plan)["total"]
         taus = s.get("taus", [])
         rng.setstate(rng_state)
         torch.set_rng_state(s["torch_rng"])
     order: list[int] = []
     t0 = time.time()
-    probe = (step + 20, None)  # (step, time) where the time budget measures the step time
+    # the time budget times steps timed_from .. timed_from + 15, after 5 steps of warm-up (allocator, kernels)
+    timed_from, timed_at = step + 5, 0.0
     bar = None
     if progress:
         from tqdm import tqdm
@@ -379,13 +384,13 @@ def train(target_path: str, data_path: str, out: str, recipe: Recipe, mask_token
     if not taus:
         evaluate_now()
     while step < plan["total"]:
-        if time_budget_s and step == probe[0] - 15:
-            probe = (probe[0], time.time())  # 5 steps of warm-up (allocator, kernels) before timing
-        if time_budget_s and step == probe[0]:
-            per_step = (time.time() - probe[1]) / 15
+        if time_budget_s and step == timed_from:
+            timed_at = time.time()
+        if time_budget_s and step == timed_from + 15:
+            per_step = (time.time() - timed_at) / 15
             fit = step + int((time_budget_s - (time.time() - t0)) / per_step)
             if fit < plan["total"]:
-                plan.update(total=max(step + 1, fit), warm=max(1, int(recipe.warmup_ratio * fit)))
+                plan["total"] = max(step + 1, fit)
                 if bar is not None:
                     bar.total = plan["total"]
 
