@@ -14,6 +14,10 @@
 # Each generation stage has a time budget (no new chunk starts after it); the training runs fit
 # their cosine schedule into theirs (DEADLINE_S: what is left of a whole-run deadline). Everything
 # lands in $WORK; stage times in $WORK/stages.log.
+# A second sitting continues the first: SEED_DATA=deploy/smollm2/data/gpu puts that run's prompts and
+# answers (.jsonl.xz) into $WORK, so each generation stage resumes after its last answer and the
+# self-written prompts are not written again; INIT_FROM starts both drafters from a checkpoint;
+# ANCHORS_A / ANCHORS_B set each run's blocks per sequence per step (an ablation in one sitting).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PY:-python3}
@@ -30,6 +34,12 @@ LAYERS_A=${LAYERS_A:-2}
 LAYERS_B=${LAYERS_B:-4}
 TARGET_LAYERS=${TARGET_LAYERS:-1,7,14,20,27}
 mkdir -p "$W"
+if [ -n "${SEED_DATA:-}" ]; then
+  for f in "$SEED_DATA"/*.jsonl.xz; do
+    g="$W/$(basename "$f" .xz)"
+    [ -s "$g" ] || $PY -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" "$f" "$g"
+  done
+fi
 cli() { $PY -m dflash_vllm.cli "$@"; }
 stage() {  # stage NAME command...: run it, log its wall time
   local name=$1 t0=$SECONDS
@@ -55,9 +65,10 @@ stage answers_chats regen --prompts "$W/chats3.jsonl" --out "$W/turn2c.jsonl" --
 cat "$D/train2.jsonl" "$W/turn1c.jsonl" "$W/turn1d.jsonl" "$W/turn2c.jsonl" > "$W/train3.jsonl"
 wc -l "$W"/turn1c.jsonl "$W"/turn1d.jsonl "$W"/turn2c.jsonl "$W/train3.jsonl" | tee -a "$W/stages.log"
 
-train() {  # train OUT LAYERS
+train() {  # train OUT LAYERS ANCHORS
   cli train --device "$DEV" --target "$T" --data "$W/train3.jsonl" --out "$1" --num-draft-layers "$2" \
-    --mask-token-id 16 --block-size 16 --target-layer-ids "$TARGET_LAYERS" --num-anchors 16 \
+    --mask-token-id 16 --block-size 16 --target-layer-ids "$TARGET_LAYERS" --num-anchors "$3" \
+    ${INIT_FROM:+--init-from "$INIT_FROM"} \
     --batch-size "${TRAIN_BATCH:-32}" --lr "${LR:-1e-3}" --max-steps "${MAX_STEPS:-4000}" \
     --time-budget-s "$TRAIN_BUDGET" --eval-data "$D/heldout.jsonl" --eval-every "${EVAL_EVERY:-100}" \
     --save-dtype float16 > "$1.log" 2>&1
@@ -67,9 +78,11 @@ train() {  # train OUT LAYERS
 [ -z "${DEADLINE_S:-}" ] || TRAIN_BUDGET=$((DEADLINE_S - SECONDS - 40))
 echo "training budget ${TRAIN_BUDGET} s" | tee -a "$W/stages.log"
 t0=$SECONDS
-train "$W/drafter-${LAYERS_A}l" "$LAYERS_A" &
+ANCHORS_A=${ANCHORS_A:-16}
+ANCHORS_B=${ANCHORS_B:-16}
+train "$W/drafter-A-${LAYERS_A}l-${ANCHORS_A}a" "$LAYERS_A" "$ANCHORS_A" &
 a=$!
-train "$W/drafter-${LAYERS_B}l" "$LAYERS_B" &
+train "$W/drafter-B-${LAYERS_B}l-${ANCHORS_B}a" "$LAYERS_B" "$ANCHORS_B" &
 b=$!
 rc=0
 wait $a || rc=$?
