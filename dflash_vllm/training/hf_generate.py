@@ -44,6 +44,11 @@ def end_ids(tok, model) -> list[int]:
     return sorted(i for i in ids if i is not None)
 
 
+def pad_id(tok, eos: list[int]) -> int:
+    """The id left padding uses: the tokenizer's pad token, else the first end token."""
+    return tok.pad_token_id if tok.pad_token_id is not None else eos[0]
+
+
 @torch.no_grad()
 def generate(model, prompts: list[list[int]], max_new_tokens: int, eos: list[int], pad_id: int,
              batch_size: int = 256, temperature: float = 0.0, top_p: float = 1.0, seed: int = 0) -> list[list[int]]:
@@ -99,7 +104,7 @@ def user_prompts(model, tok, n: int, seed: int = 0, batch_size: int = 2048, max_
         want = min(batch_size * 2, int((n - len(kept)) * 1.5) + 8)
         starters = [r.choice(STARTERS) for _ in range(want)]
         ids = [tok(prefix + s, add_special_tokens=False)["input_ids"] for s in starters]
-        outs = generate(model, ids, max_new_tokens, eos, tok.pad_token_id if tok.pad_token_id is not None else eos[0],
+        outs = generate(model, ids, max_new_tokens, eos, pad_id(tok, eos),
                         batch_size, temperature, top_p, seed=seed * 1000 + rounds)
         for s, o in zip(starters, outs):
             if not o or o[-1] not in eos:

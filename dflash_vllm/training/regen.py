@@ -79,7 +79,7 @@ def regenerate_hf(target: str, prompts: list, out: str, max_tokens: int = 256, t
     With `time_budget_s`, no chunk starts once that much generation time has passed: the file then holds a prefix of the
     answers (a rerun goes on from there). Returns how many answers the file holds."""
     from ..prompts import chat_ids
-    from .hf_generate import end_ids, generate, load_target, torch_tf32
+    from .hf_generate import end_ids, generate, load_target, pad_id, torch_tf32
 
     torch_tf32(False)
     model, tok = load_target(target, device)
@@ -88,7 +88,7 @@ def regenerate_hf(target: str, prompts: list, out: str, max_tokens: int = 256, t
     done = _resume(out, ids)
     open(out, "a").close()  # the file exists even when the budget allows no chunk
     eos = end_ids(tok, model)
-    pad = tok.pad_token_id if tok.pad_token_id is not None else eos[0]
+    pad = pad_id(tok, eos)
     for start in range(done, len(ids), chunk):
         if time_budget_s and time.time() - t0 > time_budget_s:
             break
