@@ -32,6 +32,8 @@ BATCH=${GEN_BATCH:-2048}
 TRAIN_BUDGET=${TRAIN_BUDGET:-210}
 LAYERS_A=${LAYERS_A:-2}
 LAYERS_B=${LAYERS_B:-4}
+ANCHORS_A=${ANCHORS_A:-16}
+ANCHORS_B=${ANCHORS_B:-16}
 TARGET_LAYERS=${TARGET_LAYERS:-1,7,14,20,27}
 mkdir -p "$W"
 if [ -n "${SEED_DATA:-}" ]; then
@@ -78,8 +80,6 @@ train() {  # train OUT LAYERS ANCHORS
 [ -z "${DEADLINE_S:-}" ] || TRAIN_BUDGET=$((DEADLINE_S - SECONDS - 40))
 echo "training budget ${TRAIN_BUDGET} s" | tee -a "$W/stages.log"
 t0=$SECONDS
-ANCHORS_A=${ANCHORS_A:-16}
-ANCHORS_B=${ANCHORS_B:-16}
 train "$W/drafter-A-${LAYERS_A}l-${ANCHORS_A}a" "$LAYERS_A" "$ANCHORS_A" &
 a=$!
 train "$W/drafter-B-${LAYERS_B}l-${ANCHORS_B}a" "$LAYERS_B" "$ANCHORS_B" &

@@ -43,10 +43,10 @@ def tau_table(curves: dict[str, list]) -> list[str]:
 
 
 def bench_rows(bench: dict) -> list[str]:
-    """One table row per bench cell: tokens/s, speed-up over that cell's no-speculation run, tau."""
+    """A markdown table, one row per bench cell: tokens/s, speed-up over that cell's no-speculation run, tau."""
     base = {(c["prompt_set"], c["concurrency"]): c["output_tokens_per_s"] for c in bench["cells"] if c["method"] == "none"}
     order = {m: i for i, m in enumerate(bench["config"]["methods"])}
-    rows = []
+    rows = ["| prompt set | concurrency | method | tok/s | speed-up | tau |", "|---|---|---|---|---|---|"]
     for c in sorted(bench["cells"], key=lambda c: (c["prompt_set"], c["concurrency"], order.get(c["method"], 99))):
         b = base.get((c["prompt_set"], c["concurrency"]))
         tau = c.get("tau")
@@ -146,13 +146,11 @@ def main() -> int:
         f"Bench (`bench/results/bench-smollm2.json`, measured on {BENCH_DRAFTER}), speed-up over no speculation "
         "and tau per cell:",
         "",
-        "| prompt set | concurrency | method | tok/s | speed-up | tau |",
-        "|---|---|---|---|---|---|",
     ]
     lines += bench_rows(bench)
     now = load("bench/results/bench-smollm2-sitting2.json")
     lines += ["", "The shipped weights, same flags at concurrency 1, 4 and 16 (`bench/results/bench-smollm2-sitting2.json`):",
-              "", "| prompt set | concurrency | method | tok/s | speed-up | tau |", "|---|---|---|---|---|---|"]
+              ""]
     lines += bench_rows(now)
     lines += ["", f"Provenance: {json.dumps(now['provenance'])}", ""]
     out = os.path.join(REPO, "deploy/smollm2/drafter/README.md")
