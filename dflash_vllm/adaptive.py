@@ -3,12 +3,18 @@
 The model (everything is learned online, on the host, from what vLLM already brings there):
 
 - acceptance: the j-th draft of request i survives (is accepted with every draft before it) with
-  probability ``s_i(j) = prod_{l <= j} min(a_max, g(l) * rho_i)``. ``g(l)`` is the server-wide
-  conditional acceptance rate at draft position l (counts of "position l reached" / "position l
-  accepted", decayed per engine step and per verified row, with an optimistic prior so that
-  unexplored positions get tried); ``rho_i = (acc_i + m) / (exp_i + m)`` is the request's
-  recent accepted drafts over the number the server-wide curve expected for the same verify
-  steps, shrunk toward 1 by m pseudo-counts (recent = decayed by ``request_decay`` per verify step).
+  probability ``s_i(j) = min(a_max, g(1) rho_i) prod_{2 <= l <= j} min(a_max, g(l))``. ``g(l)``
+  is the server-wide conditional acceptance rate at draft position l (counts of "position l
+  reached" / "position l accepted", decayed per engine step and per verified row, faster where
+  no row reached that far, with one pseudo-count at the previous position's rate, the first's at
+  an optimistic prior so that unexplored positions get tried);
+  ``rho_i = (acc_i + m) / (exp_i + m)`` is the request's recent accepted drafts over the number
+  the server-wide curve expected for the same verify steps, shrunk toward 1 by m pseudo-counts (recent = decayed by ``request_decay``
+  per verify step). rho scales the first position only: the deeper rates g(l) are already
+  conditional on the drafts before them surviving, i.e. measured on the requests that got that
+  far. (Scaling every position by rho made one lucky request of a workload the drafter does not
+  know look like a deep drafter: on the demo pair's chat prompts, rho ~1.8 on g(2..) ~0.5-0.8 left
+  over from earlier prompts.)
 - cost: one engine step costs
   ``T(k) = T_v(N0 + sum_i k_i) + delta [sum_i k_i > 0] + [q > 0] T_d(R (q + 1))``:
   ``T_v`` everything but the drafter forward (target verify, scheduling, sampling, context K/V
@@ -16,10 +22,13 @@ The model (everything is learned online, on the host, from what vLLM already bri
   while the device has idle compute, steeper once it has none); ``delta`` the fixed cost of a
   step that verifies any draft (vLLM's speculative bookkeeping, a third of a small model's plain
   step on CPU); ``T_d`` the drafter forward over ``R (q + 1)`` block tokens, R the batch size
-  and ``q = max_i k_i``; ``N0`` the tokens verified without any draft (one per request plus the
-  prefill running alongside). Both are ridge regressions with exponential forgetting, fitted to
-  the engine's own step times (from the runner's execute_model to the drafting call, plus the
-  gap since the previous drafting call unless the server sat idle; and the drafter forward).
+  and ``q = max_i k_i`` (on CPU: the whole drafting call, vLLM's drafter input preparation
+  included, which only drafted steps pay); ``N0`` the tokens verified without any draft (one
+  per request plus the prefill running alongside); a plain step (no drafts) is priced from its
+  own line, fitted to runs of plain decode steps only (see CostModel). All are ridge
+  regressions with exponential forgetting, fitted to the engine's own step times (from the
+  runner's execute_model to the drafting call, plus the gap since the previous drafting call
+  unless the server sat idle; and the drafter forward).
 - policy: maximise expected goodput ``G(k) = sum_i E_i(k_i) / T(k)``, with
   ``E_i(k) = 1 + sum_{j <= k} s_i(j)`` expected tokens emitted. For a cap q on k_i the optimum
   submits draft j of request i iff ``s_i(j) >= G* dT_v/dN`` (s_i is decreasing in j, so that is
@@ -32,15 +41,18 @@ The model (everything is learned online, on the host, from what vLLM already bri
 Exploration: the priors are optimistic (drafting looks free until measured); while drafting,
 every ``dither_every``-th step submits one draft more or less per request (near the optimum
 that costs next to nothing, and it keeps dT_v/dN measured even at a constant batch), and now and
-then drafting pauses for one step (the cost of the plan not taken stays measured), spaced to
-cost at most ``explore_budget`` (1%) of the expected goodput. While drafting does not pay, a
-probe drafts after ``probe_every`` (32) steps or more, spaced so that what probes lose stays
-within ``probe_budget`` (2%); a probe drafts as deep as costs at most a quarter of a plain step
-more than one draft each (on CPU with a small batch: the whole block, so one probe measures
-every position), every other probe one draft (so the slope in N and delta are told apart).
-Acceptance evidence ages per step and per verified row, so positions no longer reached drift
-back to the optimistic prior: after a run of prompts the drafter does not know, the first
-probes on prompts it does know bring deep drafting back within a short benchmark cell
+then drafting pauses for two steps (the plain step's cost stays measured: the second of them,
+the first after drafted steps costs more), spaced to cost at most ``explore_budget`` (1%) of the
+expected goodput, and every ``zero_every`` steps while fewer than 12 plain steps were measured.
+While drafting does not pay, a probe drafts after ``probe_every`` (32) steps or more, spaced so
+that what probes lose stays within ``probe_budget`` (2%); a probe drafts as deep as costs at most
+a quarter of a plain step more than one draft each (on CPU with a small batch: the whole block, so
+one probe measures every position), every other probe half as deep (so the slope in N and delta
+are told apart; a one-draft probe, as before, could not tell prompts the drafter knows from ones
+it does not). Acceptance evidence ages per step and per verified row, so positions no longer
+reached drift toward the rate of the position before them (the first toward the optimistic
+prior): after a run of prompts the drafter does not know, the
+first probes on prompts it does know bring deep drafting back within a short benchmark cell
 (``test_follows_a_change_of_workload``).
 
 Opt-in, for now: ``"dflash_adaptive": true`` in the speculative config (or
@@ -140,21 +152,33 @@ class AcceptanceModel:
 
     def __init__(self, k_max: int, prior_rate: float = 0.8, prior_weight: float = 2.0, decay: float = 0.99,
                  row_decay: float = 0.995, request_decay: float = 0.85, request_prior: float = 2.0,
-                 max_rate: float = 0.98):
+                 max_rate: float = 0.98, chain: float = 1.0, unreached_decay: float = 0.9):
         self.k_max = k_max
         self.prior_rate, self.decay, self.row_decay, self.max_rate = prior_rate, decay, row_decay, max_rate
         self.request_decay, self.request_prior = request_decay, request_prior
+        self.chain, self.unreached_decay = chain, unreached_decay
+        self._positions = np.arange(1, k_max + 1)
         self.accepted = np.full(k_max, prior_rate * prior_weight)  # decayed "position j accepted"
         self.reached = np.full(k_max, prior_weight)  # decayed "position j verified"
         self.requests: dict[str, list[float]] = {}  # req_id -> [decayed accepted, decayed expected]
+        self.verified_steps = 0  # verify steps observed (a plan made before one is out of date)
 
-    def rates(self) -> np.ndarray:  # g(j), j = 1..K
-        return (self.accepted + 1e-3 * self.prior_rate) / (self.reached + 1e-3)
+    def rates(self) -> np.ndarray:
+        """g(j), j = 1..K: each position's evidence, with ``chain`` pseudo-counts at the rate of
+        the position before it (the first: at the optimistic prior). A position with little
+        recent evidence reads like the one before it, not like whatever workload last reached it."""
+        g = np.empty(self.k_max)
+        prev, w = self.prior_rate, self.chain
+        acc, reached = self.accepted.tolist(), self.reached.tolist()
+        for j in range(self.k_max):
+            prev = g[j] = (acc[j] + w * prev) / (reached[j] + w)
+        return g
 
     def observe(self, req_ids: list[str], num_drafted: np.ndarray, num_accepted: np.ndarray) -> None:
         """One verify step: request req_ids[i] had num_drafted[i] > 0 drafts, num_accepted[i] accepted."""
         if not req_ids:
             return
+        self.verified_steps += 1
         d = np.minimum(np.asarray(num_drafted, dtype=np.int64), self.k_max)
         a = np.minimum(np.asarray(num_accepted, dtype=np.int64), d)
         trials = np.minimum(a + 1, d)  # positions that were verified (the first rejection included)
@@ -166,6 +190,12 @@ class AcceptanceModel:
         w = self.row_decay ** len(req_ids)
         self.reached *= w
         self.accepted *= w
+        # Positions no row reached this step age faster: after prompts the drafter knows, the deep
+        # positions held their old rates (0.8-0.9) while the first fell to 0.2-0.3 on prompts it
+        # did not know, and the policy went on drafting 15 deep (chat after code, batch 1).
+        far = self._positions > int(trials.max())
+        self.reached[far] *= self.unreached_decay
+        self.accepted[far] *= self.unreached_decay
         self.reached += np.cumsum(np.bincount(trials, minlength=n)[::-1])[::-1][1:]  # #{trials >= j}
         self.accepted += np.cumsum(np.bincount(a, minlength=n)[::-1])[::-1][1:]  # #{a >= j}
         rd = self.request_decay
@@ -194,7 +224,8 @@ class AcceptanceModel:
         m = self.request_prior
         get = self.requests.get
         rho = np.array([(st[0] + m) / (st[1] + m) if (st := get(r)) is not None else 1.0 for r in req_ids])
-        cond = np.minimum(self.rates()[None, :] * rho[:, None], self.max_rate)
+        cond = np.repeat(np.minimum(self.rates(), self.max_rate)[None, :], len(req_ids), axis=0)
+        cond[:, 0] = np.minimum(cond[:, 0] * rho, self.max_rate)
         return np.cumprod(cond, axis=1)
 
 
@@ -210,7 +241,8 @@ class _Ridge:
         self.b = np.zeros(dim)
         self.prior = np.zeros(dim)
         self.n = 0
-        self._theta: np.ndarray | None = self.prior
+        self._theta: np.ndarray | None = None  # as last solved
+        self._stale = True
 
     def observe(self, x: np.ndarray, y: float) -> None:
         if self.n == 0:
@@ -220,13 +252,19 @@ class _Ridge:
         self.A += np.outer(x, x)
         self.b += x * y
         self.n += 1
-        self._theta = None
+        self._stale = True
 
     def theta(self) -> np.ndarray:
-        if self._theta is None:
+        if self._stale:
             r = self.ridge
             self._theta = np.linalg.solve(self.A + r, self.b + r @ self.prior)
+            self._stale = False
         return self._theta
+
+    def last_theta(self) -> np.ndarray:
+        """The coefficients as last solved (no solve once one was made: at most the few
+        observations since the last plan behind)."""
+        return self._theta if self._theta is not None else self.theta()
 
 
 class CostModel:
@@ -240,38 +278,66 @@ class CostModel:
 
     KNOTS = (64.0, 256.0, 1024.0)
     SCALE = 256.0
+    PLAIN_MIN = 3
 
     def __init__(self, decay: float = 0.99, ridge: float = 0.05):
         # The hinges stay 0 (one straight line) unless the data insist: a kink fitted on a
         # narrow range of N would extrapolate badly to the plans not taken. delta starts at 0
         # (optimistic, like the slopes) and is learned from the plain steps the policy keeps taking.
         self.verify = _Ridge(3 + len(self.KNOTS), decay, (ridge, ridge, *[2.0] * len(self.KNOTS), 2.0))
+        # Plain steps alone (the same shape, forgetting per plain step): the cost every plan is
+        # measured against, read near N0 only, where these steps are. While the policy drafts
+        # on every step, plain steps are one in 32 or fewer, and in the shared fit above delta
+        # (held toward 0) was then barely identified: on the demo pair, after prompts the drafter
+        # knows, the fit priced a plain step at 4.0-4.9 ms where it cost 3.1, and the policy went
+        # on drafting for ~170 steps on prompts it did not know (chat, batch 1).
+        self.plain = _Ridge(2 + len(self.KNOTS), decay, (ridge, ridge, *[2.0] * len(self.KNOTS)))
         self.draft = _Ridge(2, decay, ridge)
 
-    def _phi(self, n, drafted):
+    def _phi(self, n: float, drafted: bool) -> np.ndarray:
         s = self.SCALE
-        n = np.asarray(n, dtype=np.float64)
-        return np.stack([np.ones_like(n), n / s, *(np.maximum(n - kn, 0) / s for kn in self.KNOTS),
-                         np.broadcast_to(np.asarray(drafted, dtype=np.float64), n.shape)], -1)
+        return np.array([1.0, n / s, *(max(n - kn, 0.0) / s for kn in self.KNOTS), float(drafted)])
 
-    def observe_step(self, seconds_without_draft: float, num_tokens: int, drafted: bool = False) -> None:
-        self.verify.observe(self._phi(num_tokens, drafted), seconds_without_draft)
+    def observe_step(self, seconds_without_draft: float, num_tokens: int, drafted: bool = False,
+                     transient: bool = False) -> None:
+        """``transient``: a plain step right after one that verified drafts, or one with
+        prefill. The first costs more than the plain steps after it (vLLM leaves its speculative
+        path; on the demo pair 5-9 ms against 3), so both stay out of the plain-step line: a run
+        of plain decode steps is what the policy weighs drafting against."""
+        self.verify.observe(self._phi(float(num_tokens), drafted), seconds_without_draft)
+        if not drafted and not transient:
+            self.plain.observe(self._phi(float(num_tokens), False)[:-1], seconds_without_draft)
 
     def observe_draft(self, seconds: float, block_tokens: int) -> None:
         self.draft.observe(np.array([1.0, block_tokens / self.SCALE]), seconds)
 
-    def t_verify(self, n, drafted=False):
-        th = self.verify.theta()
+    def t_verify(self, n, drafted=False, stale: bool = False):
+        """T_v at n verified tokens (``drafted``: a bool, or an array like n); ``stale``: from
+        the coefficients as last solved (no solve). A plain step from the plain steps' own line
+        once it has a few (``PLAIN_MIN``); a drafted step never below a plain one."""
+        th = self.verify.last_theta() if stale else self.verify.theta()
+        plain = th
+        if self.plain.n >= self.PLAIN_MIN:
+            plain = self.plain.last_theta() if stale else self.plain.theta()
+        delta = max(0.0, float(th[-1]))
+        if np.ndim(n) == 0 and np.ndim(drafted) == 0:  # one value (most calls): Python floats
+            n = float(n)
+            t_plain = max(self._line(plain.tolist(), n), 0.0)
+            return max(self._line(th.tolist(), n) + delta, t_plain) if drafted else t_plain
+        n = np.asarray(n, dtype=np.float64)
+        t_plain = np.maximum(self._line(plain, n), 0.0)
+        if not np.any(drafted):
+            return t_plain
+        return np.where(drafted, np.maximum(self._line(th, n) + delta, t_plain), t_plain)
+
+    def _line(self, th, n):
+        """The piecewise-linear shape at n (a float, or an array), coefficients th."""
         s = self.SCALE
         t = th[0] + th[1] * (n / s)
-        for c, kn in zip(th[2:-1], self.KNOTS):
+        for c, kn in zip(th[2:2 + len(self.KNOTS)], self.KNOTS):
             if c:
-                t = t + c * (np.maximum(n - kn, 0.0) / s)
-        return np.maximum(t + self.delta() * np.asarray(drafted, dtype=np.float64), 0.0)
-
-    def delta(self) -> float:
-        """The fixed cost of a step that verifies drafts (never negative)."""
-        return max(0.0, float(self.verify.theta()[-1]))
+                t = t + c * ((max(n - kn, 0.0) if isinstance(n, float) else np.maximum(n - kn, 0.0)) / s)
+        return t
 
     def slope_verify(self, n: float) -> float:
         """dT_v/dN at n (never negative: a step does not get cheaper with more tokens)."""
@@ -291,6 +357,8 @@ class CostModel:
 class AdaptivePolicy:
     """Chooses per-request submitted draft lengths k_i and the drafter block q = max k_i."""
 
+    PLAIN_ANCHORS = 12  # plain steps to measure before plain anchors follow the exploration budget
+
     def __init__(self, k_max: int, fixed: list[int] | None = None, probe_every: int = 32,
                  dither_every: int = 4, zero_every: int = 32, explore_budget: float = 0.01,
                  margin: float = 0.01, outlier: float = 5.0, replan_every: int = 4, probe_budget: float = 0.02):
@@ -305,12 +373,13 @@ class AdaptivePolicy:
         self.margin, self.outlier = margin, outlier
         self.replan_every, self.probe_budget = replan_every, probe_budget
         self._probes = 0
-        self._optimum_cache: tuple | None = None  # ((num_reqs, decoding ids), step, _optimum(...))
+        self._optimum_cache: tuple | None = None  # ((num_reqs, decoding ids), step, _optimum(...), drafts?)
         self.step = 0
         self.steps_since_draft = 0
         self.prefill_tokens = 0.0  # EMA of verified tokens that are neither anchors nor drafts
         self._gap_mean: float | None = None
         self._last_submitted = 0
+        self._prev_submitted = 0  # the plan before that
 
     # called once per step, at the start of the drafting call
     def on_step(self, now: float, num_tokens: int, num_reqs: int, step_start: float | None,
@@ -337,13 +406,19 @@ class AdaptivePolicy:
                     rest += g
             cm = self.cost
             drafted = self._last_submitted > 0
+            # The plain-step line learns from runs of plain decode steps only: not the first plain
+            # step after drafted ones, not a step with prefill in it (a prompt's first step
+            # costs more than its tokens say: 8-12 ms for ~100 tokens on the demo pair).
+            transient = not drafted and (self._prev_submitted > 0 or num_tokens > num_reqs)
             if rest > 0:
                 if cm.verify.n >= 8:
                     # Clipped, not dropped: a stall inside the step (a GC pause) counts only up
                     # to `outlier` times the prediction, while a real jump in load (the model
                     # still thinks N is free) is followed within a few steps.
-                    rest = min(rest, self.outlier * max(float(cm.t_verify(num_tokens, drafted)), 1e-6))
-                cm.observe_step(rest, num_tokens, drafted=drafted)
+                    # (the prediction from the coefficients as last solved: a solve per step
+                    # would cost more than the clip is worth)
+                    rest = min(rest, self.outlier * max(float(cm.t_verify(num_tokens, drafted, stale=True)), 1e-6))
+                cm.observe_step(rest, num_tokens, drafted=drafted, transient=transient)
         extra = max(0, num_tokens - num_reqs - self._last_submitted)
         self.prefill_tokens = 0.8 * self.prefill_tokens + 0.2 * extra
         self.step += 1
@@ -377,28 +452,39 @@ class AdaptivePolicy:
             if not can_shorten:  # the drafter forward must be the same on every rank
                 q = self.k_max
         self.steps_since_draft = 0 if q else self.steps_since_draft + 1
-        self._last_submitted = int(k.sum())
+        self._prev_submitted, self._last_submitted = self._last_submitted, int(k.sum())
         return k, q
 
     def _choose(self, dec_ids: list[str], num_reqs: int) -> tuple[np.ndarray, int]:
         """The optimum, then this step's exploration around it. While the optimum is "no
-        drafts", it is recomputed only every ``replan_every`` steps or when the batch changes:
-        a plain step of a small model on CPU is short enough for the computation to cost a
-        few percent; while drafting, every step (the plan moves, and the step is longer)."""
-        key = (num_reqs, dec_ids)
+        drafts", it is recomputed only every ``replan_every`` steps, when the batch changes,
+        when drafts were verified (a probe's result), and on every step from ``replan_every``
+        steps before a probe is due (its spacing follows the estimate of what it loses, which
+        moves every step as evidence ages toward the optimistic prior): a plain step of a small
+        model on CPU is short enough (~3 ms) for a recomputation (~0.1 ms) to cost a few
+        percent; while drafting, every step (the plan moves, and the step is longer)."""
+        key = (num_reqs, dec_ids, self.acceptance.verified_steps)
         cached = self._optimum_cache
-        if (cached is None or cached[0] != key or self.step - cached[1] >= self.replan_every
-                or cached[2] is None or cached[2][0] is not None and cached[2][0].any()):
-            cached = self._optimum_cache = (key, self.step, self._optimum(dec_ids, num_reqs))
-        opt = cached[2]
+        if (cached is None or cached[3] or cached[0] != key or self.step - cached[1] >= self.replan_every
+                or self._probe_due(cached[2], ahead=self.replan_every)):  # near a probe: a fresh optimum
+            opt = self._optimum(dec_ids, num_reqs)
+            drafts = opt is None or (opt[0] is not None and opt[1] > opt[2] * (1.0 + self.margin) and opt[0].any())
+            cached = self._optimum_cache = (key, self.step, opt, drafts)
+        opt, drafts = cached[2], cached[3]
         r = len(dec_ids)
         if opt is None:  # the very first step: nothing measured, draft everything once
             return np.full(r, self.k_max), self.k_max
         best_k, best_g, g0, q_probe, probe_loss = opt
         budget = self.explore_budget
-        if best_k is not None and best_g > g0 * (1.0 + self.margin) and best_k.any():
+        if drafts:
             # A plain step now and then anchors T_v(N0), at most `budget` of the expected goodput.
-            if self.step % max(self.zero_every, int((1.0 - g0 / best_g) / budget)) == 0:
+            # While plain steps are few (a server that has drafted since it started), one every
+            # `zero_every` steps whatever they cost: the plain-step line is what every plan is
+            # weighed against, and without it a change to prompts the drafter does not know
+            # goes on drafting (see CostModel).
+            spacing = self.zero_every if self.cost.plain.n < self.PLAIN_ANCHORS else \
+                max(self.zero_every, int((1.0 - g0 / best_g) / budget))
+            if self.step % spacing < 2:  # two in a row: the second one is the plain step's cost
                 return np.zeros(r, dtype=np.int64), 0
             k = best_k
             if self.step % self.dither_every == 0:  # +-1 draft now and then: dT_v/dN stays measured
@@ -407,12 +493,25 @@ class AdaptivePolicy:
                 return k, int(k.max())
         # Keep measuring acceptance and draft cost: a probe, as often as `budget` of the step
         # time allows (a probe that loses 6 plain steps waits ~300 steps).
-        if self.steps_since_draft + 1 >= max(self.probe_every, int(probe_loss / self.probe_budget)):
+        if self._probe_due(opt):
             self._probes += 1
-            if self._probes % 2 == 0:  # every other probe drafts 1: N varies among drafted steps,
-                q_probe = 1  # which tells the slope in N apart from the fixed cost delta
+            if self._probes % 2 == 0:  # every other probe half as deep: N varies among drafted
+                q_probe = max(1, q_probe // 2)  # steps (the slope in N told apart from delta), and
+                # it still sees past the first draft (a 1-draft probe could not tell a changed workload)
             return np.full(r, q_probe, dtype=np.int64), q_probe
         return np.zeros(r, dtype=np.int64), 0
+
+    @property
+    def optimum(self):
+        """The optimum the latest plan used (see ``_optimum``), or None: for tracing."""
+        return self._optimum_cache[2] if self._optimum_cache else None
+
+    def _probe_due(self, opt, ahead: int = 0) -> bool:
+        """Whether a probe is due (within ``ahead`` steps): ``probe_every`` steps without drafts
+        at least, spaced so that what probes lose (``opt``'s estimate, in plain steps) stays
+        within ``probe_budget``."""
+        loss = opt[4] if opt is not None else 0.0
+        return self.steps_since_draft + 1 + ahead >= max(self.probe_every, int(loss / self.probe_budget))
 
     def _optimum(self, dec_ids: list[str], num_reqs: int):
         """(best k per request or None, its goodput, goodput without drafts, a probe's depth,
