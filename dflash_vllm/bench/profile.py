@@ -2,6 +2,7 @@
 
     dflash-vllm bench profile draft [--native]          # one drafting call's ops, ours (or native)
     dflash-vllm bench profile none|k0|adaptive [--concurrency 64] [--out FILE.prof]   # an engine step
+    dflash-vllm bench profile trace [--sets code chat] [--concurrency 1]   # the adaptive policy's view
 
 ``draft``: 60 held-out task prompts one at a time; torch.profiler over drafting calls 20..220
 (``propose_draft_token_ids``); prints the mean wall time of a drafting call and the ops' self
@@ -14,6 +15,13 @@ no speculation, ``k0`` DFlash with K pinned to 0 (the drafter forward skipped), 
 the policy. Session 7 used it to find the 0-draft rejection sampling and drafter input
 preparation vLLM ran on K = 0 steps (patch ``plain-step-shortcut``: at c = 1, 8.4 -> 6.8 ms per
 step against 6.2-6.7 ms without speculation).
+``trace``: the adaptive policy's own view, step by step, across a change of prompts (``--sets``,
+run one after the other on one engine at ``--concurrency``): per set the steps and wall time,
+then per 40-step window how many steps drafted and, at the window's end, the policy's ratio of
+best to plain goodput, its modelled plain and 16-token drafted step, its drafter forward over
+16 tokens, the first decoding request's survival at positions 1-4 and the plain steps it has
+measured. Session 12 used it to find the plain-step cost the model got wrong after drafted
+steps (4.5-6 ms for a 2.6 ms step) and the deep acceptance rates an earlier workload left behind.
 Single runs vary by ~10 % on a 2-core VM: compare within one session, with nothing else running.
 """
 
@@ -129,13 +137,86 @@ def profile_step(mode: str, concurrency: int, out: str) -> None:
     prof.dump_stats(out)
 
 
+class PolicyTrace:
+    """Records every plan of an AdaptivePolicy (``record`` after each ``plan``) and summarises
+    them per window: what ``profile trace`` prints, kept apart from the engine so it can be
+    tested without one."""
+
+    def __init__(self, window: int = 40):
+        self.window = window
+        self.rows: list[tuple[int, tuple | None]] = []  # (q, state at this step or None)
+
+    def traced(self, plan):
+        """``AdaptivePolicy.plan`` (the function), recording every plan it makes."""
+        def traced_plan(policy, req_ids, is_decode, *args, **kwargs):
+            k, q = plan(policy, req_ids, is_decode, *args, **kwargs)
+            self.record(policy, req_ids, is_decode, q)
+            return k, q
+        return traced_plan
+
+    def record(self, policy, req_ids, is_decode, q: int) -> None:
+        state = None
+        if (len(self.rows) + 1) % self.window == 0 or not self.rows:
+            opt = policy.optimum
+            cm = policy.cost
+            dec = [r for r, d in zip(req_ids, is_decode) if d]
+            if opt is not None and opt[0] is not None and cm.ready:
+                surv = policy.acceptance.survival(dec[:1])[0, :4].round(2).tolist() if dec else []
+                state = (round(opt[1] / max(opt[2], 1e-12), 2), round(1e3 * float(cm.t_verify(len(dec) or 1)), 2),
+                         round(1e3 * float(cm.t_verify((len(dec) or 1) * 16, True)), 2),
+                         round(1e3 * float(cm.t_draft(16)), 2), surv, cm.plain.n)
+        self.rows.append((int(q), state))
+
+    def summary(self, start: int = 0, end: int | None = None) -> list[str]:
+        out = []
+        rows = self.rows[start:end]
+        for w in range(0, len(rows), self.window):
+            win = rows[w:w + self.window]
+            state = next((st for _, st in reversed(win) if st is not None), None)
+            line = f"steps {w:4d}-{w + len(win) - 1:4d}: drafted {sum(q > 0 for q, _ in win):3d} of {len(win)}"
+            if state is not None:
+                ratio, tp, ts, td, surv, n_plain = state
+                line += (f" | G*/G0 {ratio:.2f}, plain {tp:.2f} ms, drafted(16/req) {ts:.2f} ms, T_d(16) {td:.2f} ms,"
+                         f" survival {surv}, plain steps seen {n_plain}")
+            out.append(line)
+        return out
+
+
+def trace_policy(sets: list[str], concurrency: int, requests: int) -> None:
+    from transformers import AutoTokenizer
+
+    from .. import paths
+    from ..adaptive import AdaptivePolicy
+    from ..driver import drive
+    from ..prompts import prompt_set
+
+    envs.set(envs.FIXED_K, "adaptive")
+    trace = PolicyTrace()
+    AdaptivePolicy.plan = trace.traced(AdaptivePolicy.plan)
+    llm = _engine(_spec(), max(8, concurrency))
+    tok = AutoTokenizer.from_pretrained(str(paths.DEMO_TARGET))
+    for name in sets:
+        _, ids = prompt_set(name, tok, requests)
+        reqs = [{"prompt_token_ids": p, "max_tokens": 160, "ignore_eos": False, "stop_token_ids": [tok.eos_token_id]}
+                for p in ids]
+        start, t = len(trace.rows), time.perf_counter()
+        drive(llm.llm_engine, reqs, concurrency=concurrency, id_prefix=f"{name}{start}-")
+        print(f"== {name} c={concurrency}: {len(trace.rows) - start} steps in {time.perf_counter() - t:.2f} s", flush=True)
+        for line in trace.summary(start):
+            print("  " + line, flush=True)
+
+
 @dataclass
 class ProfileJob:
     what: str = opt(help="draft: one drafting call's ops (torch.profiler); none, k0, adaptive: an engine step "
-                    "under cProfile (no speculation, K pinned to 0, the adaptive policy)", required=True,
-                    positional=True, choices=["draft", "none", "k0", "adaptive"])
+                    "under cProfile (no speculation, K pinned to 0, the adaptive policy); trace: the "
+                    "adaptive policy's view per 40-step window across --sets", required=True,
+                    positional=True, choices=["draft", "none", "k0", "adaptive", "trace"])
     native: bool = opt(False, "draft: vLLM's built-in DFlash on the same weights")
-    concurrency: int = opt(1, "none/k0/adaptive: requests in flight")
+    concurrency: int = opt(1, "none/k0/adaptive/trace: requests in flight")
+    sets: list[str] = opt(["code", "chat"], "trace: prompt sets, run one after the other on one engine",
+                          nargs="+")
+    requests: int = opt(16, "trace: requests per prompt set")
     out: str | None = opt(None, "none/k0/adaptive: cProfile stats file (default /tmp/dflash-step-WHAT-cC.prof)")
 
 
@@ -147,6 +228,8 @@ def main(argv=None) -> int:
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine core in this process
     if job.what == "draft":
         profile_draft(job.native)
+    elif job.what == "trace":
+        trace_policy(job.sets, job.concurrency, job.requests)
     else:
         profile_step(job.what, job.concurrency, job.out or f"/tmp/dflash-step-{job.what}-c{job.concurrency}.prof")
     return 0
