@@ -368,3 +368,57 @@ def test_policy_trace_summarises_plans_per_window():
     assert all(drafted(x) >= 30 for x in first[:4]), first
     assert drafted(last[-1]) <= 4, last
     assert "G*/G0" in last[-1] and "plain steps seen" in last[-1]
+
+
+def test_context_queue_drops_rows_of_requests_that_ended_and_keeps_write_order():
+    """Queued context rows of a request that finishes (or is preempted) before the next drafter
+    forward are never written; every other row is, in step order, so each slot ends with what
+    writing every step at once would have left in it for the requests still running."""
+    import torch
+
+    from dflash_vllm.proposers.dflash import ContextQueue
+
+    q = ContextQueue()
+    log = []  # (step, req, slot, value): what an eager writer would have written, in order
+    slots = {"a": iter(range(0, 100)), "b": iter(range(100, 200)), "c": iter(range(200, 300))}
+    value = iter(range(1000, 2000))
+
+    def step(batch, ended=()):
+        q.end(set(ended))
+        req_ids, counts, feats, slot = [], [], [], []
+        for r, n in batch:
+            req_ids.append(r)
+            counts.append(n)
+            for _ in range(n):
+                s, v = next(slots[r]), next(value)
+                slot.append(s)
+                feats.append(v)
+                log.append((r, s, v))
+        t = torch.tensor(feats, dtype=torch.float32)[:, None].repeat(1, 3)
+        q.add(t, torch.tensor(slot), torch.tensor(slot), req_ids, np.array(counts))
+
+    step([("a", 1), ("b", 1), ("c", 5)])  # c's prompt
+    step([("a", 1), ("b", 1), ("c", 1)])
+    step([("a", 1), ("c", 1)], ended={"b"})  # b finished
+    slots["d"] = iter([100, 101, 150, 151])  # b's freed slots, reused by d
+    step([("a", 1), ("d", 3)], ended={"c"})  # c preempted
+    slots["c"] = iter(range(300, 400))
+    step([("a", 1), ("c", 7), ("d", 1)])  # c resumed: its whole context again
+    assert q.rows == 7 + 3 + 2 + 4 + 9
+    q.end(set())
+    feats, pos, slot = q.take()
+    assert q.rows == 0 and q.take() is None
+    assert q.dropped == 2 + 7, q.dropped  # b's 2 rows, c's 7 rows before it was preempted
+    written = [(int(s), int(f)) for s, f in zip(slot, feats[:, 0])]
+    assert torch.equal(pos, slot) and feats.shape == (len(written), 3)
+    # Step order kept (values were handed out in order), and the cache as an eager writer leaves it
+    # for the slots the running requests own (a, d, the resumed c).
+    assert [v for _, v in written] == sorted(v for _, v in written)
+    eager, lazy = {}, {}
+    for _, s, v in log:
+        eager[s] = v
+    for s, v in written:
+        lazy[s] = v
+    owned = [s for r, s, _ in log if r in ("a", "d") or r == "c" and s >= 300]
+    assert {s: lazy[s] for s in owned} == {s: eager[s] for s in owned}
+    assert not any(100 <= s < 200 and lazy.get(s) == v for r, s, v in log if r == "b")
