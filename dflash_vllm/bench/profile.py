@@ -1,14 +1,14 @@
 """Where the time of a step goes, on the demo pair (CPU, the engine core in this process).
 
     dflash-vllm bench profile draft [--native]          # one drafting call's ops, ours (or native)
-    dflash-vllm bench profile none|k0|adaptive [--concurrency 64] [--out FILE.prof]   # an engine step
+    dflash-vllm bench profile none|k0|adaptive [--concurrency 64] [--prompt-set chat] [--out FILE.prof]   # a step
     dflash-vllm bench profile trace [--sets code chat] [--concurrency 1]   # the adaptive policy's view
 
 ``draft``: 60 held-out task prompts one at a time; torch.profiler over drafting calls 20..220
 (``propose_draft_token_ids``); prints the mean wall time of a drafting call and the ops' self
 time per call (only ops inside the drafting calls). Session 6 used it to find the dense context
 gather (issue #12).
-``none|k0|adaptive``: the bench's ``free`` prompts in a closed loop at ``--concurrency`` (a warm-up third,
+``none|k0|adaptive``: the bench's ``free`` prompts (``--prompt-set``) in a closed loop at ``--concurrency`` (a warm-up third,
 one unprofiled third, one third under cProfile); prints ms per engine step and writes the
 cProfile stats (compare two with ``python -m pstats``, sorted by cumulative time). ``none`` is
 no speculation, ``k0`` DFlash with K pinned to 0 (the drafter forward skipped), ``adaptive``
@@ -104,7 +104,7 @@ def profile_draft(native: bool) -> None:
         print(f"{name[:60]:60s} {us / n:8.1f} us/call {count[name] / n:6.1f} calls/call")
 
 
-def profile_step(mode: str, concurrency: int, out: str) -> None:
+def profile_step(mode: str, concurrency: int, out: str, which: str = "free") -> None:
     import cProfile
 
     from transformers import AutoTokenizer
@@ -117,7 +117,7 @@ def profile_step(mode: str, concurrency: int, out: str) -> None:
         envs.set(envs.FIXED_K, 0 if mode == "k0" else "adaptive")
     llm = _engine(None if mode == "none" else _spec(), max(8, concurrency))
     tok = AutoTokenizer.from_pretrained(str(paths.DEMO_TARGET))
-    _, ids = prompt_set("free", tok, 3 * max(32, 2 * concurrency))
+    _, ids = prompt_set(which, tok, 3 * max(32, 2 * concurrency))
     reqs = [{"prompt_token_ids": p, "max_tokens": 64, "ignore_eos": False, "stop_token_ids": [tok.eos_token_id]}
             for p in ids]
     n = len(reqs) // 3
@@ -217,6 +217,7 @@ class ProfileJob:
     sets: list[str] = opt(["code", "chat"], "trace: prompt sets, run one after the other on one engine",
                           nargs="+")
     requests: int = opt(16, "trace: requests per prompt set")
+    prompt_set: str = opt("free", "none/k0/adaptive: the prompt set driven in a closed loop")
     out: str | None = opt(None, "none/k0/adaptive: cProfile stats file (default /tmp/dflash-step-WHAT-cC.prof)")
 
 
@@ -231,5 +232,6 @@ def main(argv=None) -> int:
     elif job.what == "trace":
         trace_policy(job.sets, job.concurrency, job.requests)
     else:
-        profile_step(job.what, job.concurrency, job.out or f"/tmp/dflash-step-{job.what}-c{job.concurrency}.prof")
+        profile_step(job.what, job.concurrency, job.out or f"/tmp/dflash-step-{job.what}-c{job.concurrency}.prof",
+                     job.prompt_set)
     return 0

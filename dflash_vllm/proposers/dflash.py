@@ -253,7 +253,7 @@ class DFlashProposer(SpecDecodeBaseProposer):
             if (q == 0 and aux_hidden_states is not None and runner.valid_sampled_token_count_event is None):
                 features = torch.cat([h[:n] for h in aux_hidden_states], dim=-1)
                 qsl = common_attn_metadata.query_start_loc_cpu[: num_reqs + 1].numpy()
-                owners = (runner.input_batch.req_ids[:num_reqs], np.diff(qsl))
+                owners = (runner.input_batch.req_ids[:num_reqs], qsl[1:] - qsl[:-1])
                 self._skip_forward(features, runner._get_positions(n), common_attn_metadata.slot_mapping, n, owners)
                 self._skipped_step = True  # nothing to hand the scheduler (see _take_drafts)
                 self._call_end = time.perf_counter()
