@@ -2,7 +2,7 @@
 
     dflash-vllm bench profile draft [--native]          # one drafting call's ops, ours (or native)
     dflash-vllm bench profile none|k0|adaptive [--concurrency 64] [--prompt-set chat] [--out FILE.prof]   # a step
-    dflash-vllm bench profile trace [--sets code chat] [--concurrency 1]   # the adaptive policy's view
+    dflash-vllm bench profile trace [--sets code@64 chat@1] [--concurrency 1]   # the adaptive policy's view
 
 ``draft``: 60 held-out task prompts one at a time; torch.profiler over drafting calls 20..220
 (``propose_draft_token_ids``); prints the mean wall time of a drafting call and the ops' self
@@ -193,15 +193,16 @@ def trace_policy(sets: list[str], concurrency: int, requests: int) -> None:
     envs.set(envs.FIXED_K, "adaptive")
     trace = PolicyTrace()
     AdaptivePolicy.plan = trace.traced(AdaptivePolicy.plan)
-    llm = _engine(_spec(), max(8, concurrency))
+    runs = [(s.partition("@")[0], int(s.partition("@")[2] or concurrency)) for s in sets]  # "code@64": its own c
+    llm = _engine(_spec(), max(8, *(c for _, c in runs)))
     tok = AutoTokenizer.from_pretrained(str(paths.DEMO_TARGET))
-    for name in sets:
-        _, ids = prompt_set(name, tok, requests)
+    for name, conc in runs:
+        _, ids = prompt_set(name, tok, max(requests, 2 * conc))
         reqs = [{"prompt_token_ids": p, "max_tokens": 160, "ignore_eos": False, "stop_token_ids": [tok.eos_token_id]}
                 for p in ids]
         start, t = len(trace.rows), time.perf_counter()
-        drive(llm.llm_engine, reqs, concurrency=concurrency, id_prefix=f"{name}{start}-")
-        print(f"== {name} c={concurrency}: {len(trace.rows) - start} steps in {time.perf_counter() - t:.2f} s", flush=True)
+        drive(llm.llm_engine, reqs, concurrency=conc, id_prefix=f"{name}{start}-")
+        print(f"== {name} c={conc}: {len(trace.rows) - start} steps in {time.perf_counter() - t:.2f} s", flush=True)
         for line in trace.summary(start):
             print("  " + line, flush=True)
 
@@ -214,9 +215,9 @@ class ProfileJob:
                     positional=True, choices=["draft", "none", "k0", "adaptive", "trace"])
     native: bool = opt(False, "draft: vLLM's built-in DFlash on the same weights")
     concurrency: int = opt(1, "none/k0/adaptive/trace: requests in flight")
-    sets: list[str] = opt(["code", "chat"], "trace: prompt sets, run one after the other on one engine",
-                          nargs="+")
-    requests: int = opt(16, "trace: requests per prompt set")
+    sets: list[str] = opt(["code", "chat"], "trace: prompt sets, run one after the other on one engine "
+                          "(SET@C: that set at concurrency C)", nargs="+")
+    requests: int = opt(16, "trace: requests per prompt set (at least 2 x its concurrency)")
     prompt_set: str = opt("free", "none/k0/adaptive: the prompt set driven in a closed loop")
     out: str | None = opt(None, "none/k0/adaptive: cProfile stats file (default /tmp/dflash-step-WHAT-cC.prof)")
 
