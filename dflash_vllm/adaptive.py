@@ -382,6 +382,7 @@ class AdaptivePolicy:
         self._gap_mean: float | None = None
         self._last_submitted = 0
         self._prev_submitted = 0  # the plan before that
+        self._anchor_next = False  # the second step of a plain-step anchor is due
 
     # called once per step, at the start of the drafting call
     def on_step(self, now: float, num_tokens: int, num_reqs: int, step_start: float | None,
@@ -495,7 +496,13 @@ class AdaptivePolicy:
             # goes on drafting (see CostModel).
             spacing = self.zero_every if self.cost.plain.n < self.PLAIN_ANCHORS else \
                 max(self.zero_every, int((1.0 - g0 / best_g) / budget))
-            if self.step % spacing < 2:  # two in a row: the second one is the plain step's cost
+            # Two in a row (the second is the plain step's cost: the first after drafted steps
+            # costs more). The spacing moves with the optimum from step to step, so the second
+            # is taken from a flag, not from the spacing: read off `step % spacing < 2`, most
+            # pairs were one step, and no plain step was measured for hundreds of steps (code
+            # at batch 64, then chat at batch 1: a 4.5 ms plain step priced at 8-9 ms, drafted on).
+            if self._anchor_next or self.step % spacing == 0:
+                self._anchor_next = not self._anchor_next
                 return np.zeros(r, dtype=np.int64), 0
             k = best_k
             if self.step % self.dither_every == 0:  # +-1 draft now and then: dT_v/dN stays measured

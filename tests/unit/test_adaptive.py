@@ -230,10 +230,16 @@ def _simulate_hist(policy, hist, r, tv, td, steps=800, seed=0, warm=100, life=0)
 
 @pytest.mark.parametrize("prompt_set,r", [("tasks", 1), ("tasks", 8), ("tasks", 64), ("chat", 1), ("chat", 64)])
 def test_demo_shaped_acceptance_and_costs(prompt_set, r):
+    """Tokens per second pooled over 3 seeds (one seed's run moves by ~0.5 %: chat at batch 1
+    sits at 0.969-0.975 of no drafts per seed, 0.972 on average)."""
     tv, td = DEMO_COST[r]
-    fixed = {k: _simulate_hist(AdaptivePolicy(15, fixed=[k]), DEMO_HIST[prompt_set], r, tv, td)
-             for k in (0, 1, 2, 3, 5, 7, 11, 15)}
-    ours = _simulate_hist(AdaptivePolicy(15), DEMO_HIST[prompt_set], r, tv, td)
+    seeds = (0, 1, 2)
+
+    def tok_s(**kw):
+        return sum(_simulate_hist(AdaptivePolicy(15, **kw), DEMO_HIST[prompt_set], r, tv, td, seed=s) for s in seeds) / 3
+
+    fixed = {k: tok_s(fixed=[k]) for k in (0, 1, 2, 3, 5, 7, 11, 15)}
+    ours = tok_s()
     best = max(fixed, key=fixed.get)
     print(f"{prompt_set} c={r}: adaptive {ours:.0f} tok/s, none {fixed[0]:.0f}, best fixed K={best} {fixed[best]:.0f}")
     assert ours >= 0.97 * fixed[0] and ours >= 0.95 * fixed[best]
@@ -299,6 +305,30 @@ def test_drafting_steps_recompute_the_optimum_every_few_steps_of_a_steady_batch(
     late = [s for s in calls if s > 200]
     assert len(late) <= 200 // p.replan_every + 10, len(late)
     assert fast > 1.5 * 4 / 0.00304  # well above no drafting (4 tokens per ~3 ms step)
+
+
+def test_plain_step_anchors_come_in_pairs_while_drafting():
+    """While drafting pays, the plan pauses now and then for two steps: the first step after
+    drafted ones costs more, so only the second measures a plain step. The spacing follows the
+    optimum and moves from step to step; a pair must still be two steps (read off the spacing,
+    most were one, and the plain-step line got no new measurement for hundreds of steps)."""
+    p = AdaptivePolicy(15)
+    qs = []
+    plan = p.plan
+    p.plan = lambda *a, **kw: (lambda kq: qs.append(kq[1]) or kq)(plan(*a, **kw))
+    acc = iter(np.random.default_rng(0).uniform(0.75, 0.95, 100000))
+    # A good drafter whose acceptance wanders: the optimum (and with it the spacing) moves.
+    _closed_loop(p, 1, lambda rng, k: np.minimum(rng.geometric(1 - next(acc), 1) - 1, k),
+                 lambda n, r: 0.010 + 1e-5 * n, lambda d: 0.002 + 2e-5 * d, steps=1500, warm=50)
+    runs, run = [], 0
+    for q in qs[100:]:
+        if q == 0:
+            run += 1
+        elif run:
+            runs.append(run)
+            run = 0
+    assert len(runs) >= 5 and min(runs) >= 2, runs
+    assert p.cost.plain.n >= len(runs) // 2
 
 
 def test_request_skill_scales_the_first_position_only():
