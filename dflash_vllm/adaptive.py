@@ -58,9 +58,9 @@ first probes on prompts it does know bring deep drafting back within a short ben
 Opt-in, for now: ``"dflash_adaptive": true`` in the speculative config (or
 ``DFLASH_VLLM_FIXED_K=adaptive``) turns the policy on. Without it every request submits
 num_speculative_tokens drafts every step, as before: on this machine's full check
-(bench/results/bench-adaptive.json, bench/README.md) the policy met both goals in 6 of 28
-cells: 1.58x no speculation pooled where the drafter knows the prompts, but 0.84x where it does
-not (K = 0 pinned: 0.94x), so it is not yet the default.
+(bench/results/bench-adaptive.json, bench/README.md) the policy met both goals in 8 of 28
+cells: 1.47x no speculation pooled where the drafter knows the prompts, but 0.85x where it does
+not (K = 0 pinned: 0.96x), so it is not yet the default.
 ``"dflash_fixed_k": N`` (or ``DFLASH_VLLM_FIXED_K=N``) pins N drafts per request per step
 (N = 0: the drafter forward is skipped every step, only context K/V is written). vLLM's SpeculativeConfig rejects unknown keys, so the
 key is taken out of the config before vLLM parses it (``pop_config_key``) and travels to the
@@ -69,6 +69,8 @@ the environment variable also accepts a comma-separated cycle (``"0,0,7"``: per 
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 
@@ -354,6 +356,17 @@ class CostModel:
 
 
 # -- the policy -----------------------------------------------------------------------------------
+class _CachedOptimum(NamedTuple):
+    """The last optimum the policy computed, and what it was computed for (see ``_choose``)."""
+
+    batch: tuple  # (num_reqs, decoding request ids)
+    step: int
+    opt: tuple | None  # _optimum(...)
+    drafts: bool  # it drafts (above the margin)
+    verified: int  # verify steps observed when it was computed
+    settled: bool  # the same plan as the one before, on the same batch
+
+
 class AdaptivePolicy:
     """Chooses per-request submitted draft lengths k_i and the drafter block q = max k_i."""
 
@@ -374,8 +387,7 @@ class AdaptivePolicy:
         self.margin, self.outlier = margin, outlier
         self.replan_every, self.probe_budget = replan_every, probe_budget
         self._probes = 0
-        # ((num_reqs, decoding ids), step, _optimum(...), drafts?, verifies seen, plan settled?)
-        self._optimum_cache: tuple | None = None
+        self._optimum_cache: _CachedOptimum | None = None
         self.step = 0
         self.steps_since_draft = 0
         self.prefill_tokens = 0.0  # EMA of verified tokens that are neither anchors nor drafts
@@ -466,23 +478,23 @@ class AdaptivePolicy:
         moves every step as evidence ages toward the optimistic prior): a plain step of a small
         model on CPU is short enough (~3 ms) for a recomputation (~0.1 ms) to cost a few
         percent. While drafting, every step until the plan comes out the same twice running on
-        the same batch (and ``SETTLE_STEPS`` steps were measured), then every ``replan_every`` steps or when the batch changes, whatever the
-        verifies in between: the computation (~0.3 ms of host work on CPU, ~3 % of a drafted step
+        the same batch (and ``SETTLE_STEPS`` steps were measured), then every ``replan_every``
+        steps or when the batch changes, whatever the verifies in between: the computation (~0.3 ms of host work on CPU, ~3 % of a drafted step
         of the demo pair at batch 1, where a fixed K pays nothing) then moves little from one
         verify to the next, while a plan still moving (a start, a change of workload) follows
         every verify (reused early, a first plan of the whole block for 4 steps taught the cost
         model that drafting costs twice what it does, and the policy stopped drafting)."""
         batch, verified = (num_reqs, dec_ids), self.acceptance.verified_steps
-        cached = self._optimum_cache
-        if (cached is None or cached[2] is None or cached[0] != batch or self.step - cached[1] >= self.replan_every
-                or (not cached[5] if cached[3] else  # drafting: until the plan settles
-                    cached[4] != verified or self._probe_due(cached[2], ahead=self.replan_every))):  # a probe's result, or one near
+        c = self._optimum_cache
+        if (c is None or c.opt is None or c.batch != batch or self.step - c.step >= self.replan_every
+                or (not c.settled if c.drafts else  # drafting: until the plan settles
+                    c.verified != verified or self._probe_due(c.opt, ahead=self.replan_every))):  # a probe's result, or one near
             opt = self._optimum(dec_ids, num_reqs)
             drafts = opt is None or (opt[0] is not None and opt[1] > opt[2] * (1.0 + self.margin) and opt[0].any())
-            settled = (cached is not None and cached[0] == batch and drafts and cached[3]
-                       and self.cost.verify.n >= self.SETTLE_STEPS and np.array_equal(opt[0], cached[2][0]))
-            cached = self._optimum_cache = (batch, self.step, opt, drafts, verified, settled)
-        opt, drafts = cached[2], cached[3]
+            settled = (c is not None and c.batch == batch and drafts and c.drafts
+                       and self.cost.verify.n >= self.SETTLE_STEPS and np.array_equal(opt[0], c.opt[0]))
+            c = self._optimum_cache = _CachedOptimum(batch, self.step, opt, drafts, verified, settled)
+        opt, drafts = c.opt, c.drafts
         r = len(dec_ids)
         if opt is None:  # the very first step: nothing measured, draft everything once
             return np.full(r, self.k_max), self.k_max
@@ -522,7 +534,7 @@ class AdaptivePolicy:
     @property
     def optimum(self):
         """The optimum the latest plan used (see ``_optimum``), or None: for tracing."""
-        return self._optimum_cache[2] if self._optimum_cache else None
+        return self._optimum_cache.opt if self._optimum_cache else None
 
     def _probe_due(self, opt, ahead: int = 0) -> bool:
         """Whether a probe is due (within ``ahead`` steps): ``probe_every`` steps without drafts

@@ -67,12 +67,14 @@ class ContextQueue:
         self._ended: dict[str, int] = {}  # req_id -> the step at which it was seen ended
         self._step = 0
 
-    def end(self, req_ids) -> None:
-        """A new step; ``req_ids`` finished or were preempted since the last: their queued rows are never read."""
+    def end(self, *id_sets) -> None:
+        """A new step; the ids in ``id_sets`` finished or were preempted since the last: their
+        queued rows are never read."""
         self._step += 1
         if self.entries:
-            for r in req_ids:
-                self._ended[r] = self._step
+            for ids in id_sets:
+                for r in ids or ():
+                    self._ended[r] = self._step
 
     def add(self, features, positions, slot_mapping, req_ids: list[str], counts: np.ndarray) -> None:
         self.entries.append((self._step, features, positions, slot_mapping, req_ids, counts))
@@ -107,7 +109,6 @@ class ContextQueue:
         self.prune()
         entries = self.entries
         self.entries, self.rows = [], 0
-        self._ended.clear()
         if not entries:
             return None
         if len(entries) == 1:
@@ -240,9 +241,7 @@ class DFlashProposer(SpecDecodeBaseProposer):
         plain-decode path (``_plain_when_undrafted``): no rejection sampler."""
         runner = self._runner
         self._skipped_step = False
-        preempted = scheduler_output.preempted_req_ids
-        self._ctx_queue.end(scheduler_output.finished_req_ids if not preempted else
-                            scheduler_output.finished_req_ids | preempted)
+        self._ctx_queue.end(scheduler_output.finished_req_ids, scheduler_output.preempted_req_ids)
         k_max = scheduler_output.num_spec_tokens_to_schedule
         n = scheduler_output.total_num_scheduled_tokens
         if k_max and n and runner.input_batch.num_reqs:
@@ -303,8 +302,9 @@ class DFlashProposer(SpecDecodeBaseProposer):
 
     def _observe_draft_time(self) -> None:
         """The previous step's drafter forward (on CPU: its whole drafting call), for T_d. (The
-        deferred context writes flushed before it are timed by neither T_d nor T_v: every
-        verified token's K/V is written once, drafted or not, so they are no cost of the plan.)"""
+        deferred context writes flushed before it are timed by neither T_d nor T_v. That treats
+        them as no cost of the plan, which holds only roughly now that rows of requests ending
+        before a block forward are dropped: a probe pays to write the live requests' queued rows.)"""
         t, self._draft_timing = self._draft_timing, None
         if t is None:
             return
