@@ -234,27 +234,57 @@ class AcceptanceModel:
 # -- cost -----------------------------------------------------------------------------------------
 class _Ridge:
     """Exponentially forgetting ridge regression toward a prior (intercept: the first
-    measurement; slopes: 0, i.e. optimistic until measured)."""
+    measurement; slopes: 0, i.e. optimistic until measured).
+
+    Observations wait in a list until the coefficients are next solved (or 256 wait), then go
+    in as one weighted product: ``A <- d^m A + sum_i d^(m-1-i) x_i x_i^T`` is what m
+    one-at-a-time updates give, for a few numpy calls instead of 4 per observation per step
+    (the policy solves every few steps; per step it only appends)."""
+
+    MAX_PENDING = 256
 
     def __init__(self, dim: int, decay: float, ridge):
         self.dim, self.decay = dim, decay
         self.ridge = np.diag(np.broadcast_to(np.asarray(ridge, dtype=np.float64), (dim,)))
-        self.A = np.zeros((dim, dim))
-        self.b = np.zeros(dim)
+        self._A = np.zeros((dim, dim))
+        self._b = np.zeros(dim)
+        self._pending: list[tuple] = []  # (x as a tuple of floats, y)
         self.prior = np.zeros(dim)
         self.n = 0
         self._theta: np.ndarray | None = None  # as last solved
         self._stale = True
 
-    def observe(self, x: np.ndarray, y: float) -> None:
+    def observe(self, x, y: float) -> None:
         if self.n == 0:
             self.prior[0] = y  # warm start: the first measurement as intercept, slopes 0 (optimistic)
-        self.A *= self.decay
-        self.b *= self.decay
-        self.A += np.outer(x, x)
-        self.b += x * y
+        self._pending.append((tuple(x), y))
         self.n += 1
         self._stale = True
+        if len(self._pending) >= self.MAX_PENDING:
+            self._flush()
+
+    def _flush(self) -> None:
+        p = self._pending
+        if not p:
+            return
+        m = len(p)
+        X = np.array([x for x, _ in p], dtype=np.float64)
+        y = np.array([v for _, v in p], dtype=np.float64)
+        w = self.decay ** np.arange(m - 1, -1, -1, dtype=np.float64)
+        Xw = X * w[:, None]
+        self._A = self._A * self.decay ** m + Xw.T @ X
+        self._b = self._b * self.decay ** m + Xw.T @ y
+        p.clear()
+
+    @property
+    def A(self) -> np.ndarray:
+        self._flush()
+        return self._A
+
+    @property
+    def b(self) -> np.ndarray:
+        self._flush()
+        return self._b
 
     def theta(self) -> np.ndarray:
         if self._stale:
@@ -295,10 +325,11 @@ class CostModel:
         # on drafting for ~170 steps on prompts it did not know (chat, batch 1).
         self.plain = _Ridge(2 + len(self.KNOTS), decay, (ridge, ridge, *[2.0] * len(self.KNOTS)))
         self.draft = _Ridge(2, decay, ridge)
+        self._memo: tuple = (None, None, None, None, {})  # scalar t_verify per coefficient arrays (see t_verify)
 
-    def _phi(self, n: float, drafted: bool) -> np.ndarray:
+    def _phi(self, n: float, drafted: bool) -> tuple:
         s = self.SCALE
-        return np.array([1.0, n / s, *(max(n - kn, 0.0) / s for kn in self.KNOTS), float(drafted)])
+        return (1.0, n / s, *[max(n - kn, 0.0) / s for kn in self.KNOTS], float(drafted))
 
     def observe_step(self, seconds_without_draft: float, num_tokens: int, drafted: bool = False,
                      transient: bool = False) -> None:
@@ -311,7 +342,7 @@ class CostModel:
             self.plain.observe(self._phi(float(num_tokens), False)[:-1], seconds_without_draft)
 
     def observe_draft(self, seconds: float, block_tokens: int) -> None:
-        self.draft.observe(np.array([1.0, block_tokens / self.SCALE]), seconds)
+        self.draft.observe((1.0, block_tokens / self.SCALE), seconds)
 
     def t_verify(self, n, drafted=False, stale: bool = False):
         """T_v at n verified tokens (``drafted``: a bool, or an array like n); ``stale``: from
@@ -321,11 +352,21 @@ class CostModel:
         plain = th
         if self.plain.n >= self.PLAIN_MIN:
             plain = self.plain.last_theta() if stale else self.plain.theta()
-        delta = max(0.0, float(th[-1]))
         if np.ndim(n) == 0 and np.ndim(drafted) == 0:  # one value (most calls): Python floats
-            n = float(n)
-            t_plain = max(self._line(plain.tolist(), n), 0.0)
-            return max(self._line(th.tolist(), n) + delta, t_plain) if drafted else t_plain
+            memo = self._memo
+            if memo[0] is not th or memo[1] is not plain:  # solved since: coefficients as lists, once
+                memo = self._memo = (th, plain, th.tolist(), plain.tolist(), {})
+            key = (float(n), bool(drafted))
+            t = memo[4].get(key)
+            if t is None:
+                n = key[0]
+                t = t_plain = max(self._line(memo[3], n), 0.0)
+                if drafted:
+                    t = max(self._line(memo[2], n) + max(0.0, memo[2][-1]), t_plain)
+                if len(memo[4]) < 4096:
+                    memo[4][key] = t
+            return t
+        delta = max(0.0, float(th[-1]))
         n = np.asarray(n, dtype=np.float64)
         t_plain = np.maximum(self._line(plain, n), 0.0)
         if not np.any(drafted):
@@ -372,6 +413,7 @@ class AdaptivePolicy:
 
     PLAIN_ANCHORS = 12  # plain steps to measure before plain anchors follow the exploration budget
     SETTLE_STEPS = 64  # steps measured before a drafting plan may be reused (see _choose)
+    IDLE_REPLAN = 16  # steps a "no drafts" optimum is reused for (see _choose)
 
     def __init__(self, k_max: int, fixed: list[int] | None = None, probe_every: int = 32,
                  dither_every: int = 4, zero_every: int = 32, explore_budget: float = 0.01,
@@ -472,12 +514,13 @@ class AdaptivePolicy:
 
     def _choose(self, dec_ids: list[str], num_reqs: int) -> tuple[np.ndarray, int]:
         """The optimum, then this step's exploration around it. While the optimum is "no
-        drafts", it is recomputed only every ``replan_every`` steps, when the batch changes,
-        when drafts were verified (a probe's result), and on every step from ``replan_every``
-        steps before a probe is due (its spacing follows the estimate of what it loses, which
-        moves every step as evidence ages toward the optimistic prior): a plain step of a small
-        model on CPU is short enough (~3 ms) for a recomputation (~0.1 ms) to cost a few
-        percent. While drafting, every step until the plan comes out the same twice running on
+        drafts", it is recomputed only every ``IDLE_REPLAN`` steps, when the batch size changes
+        (a new request in the same place changes only its skill rho, which a probe measures
+        first), when drafts were verified (a probe's result), and when the reused estimate says
+        a probe is due (the fresh one then decides): measured in the engine (demo pair, free
+        prompts), the policy's host work was ~0.3 ms per step at batch 1-8, 6-7 % of a plain
+        step, most of it this recomputation (~0.4 ms each, on a third of the steps: every 4
+        steps, at each new request, every step from 4 steps before a probe). While drafting, every step until the plan comes out the same twice running on
         the same batch (and ``SETTLE_STEPS`` steps were measured), then every ``replan_every``
         steps or when the batch changes, whatever the verifies in between: the computation (~0.3 ms of host work on CPU, ~3 % of a drafted step
         of the demo pair at batch 1, where a fixed K pays nothing) then moves little from one
@@ -486,9 +529,14 @@ class AdaptivePolicy:
         model that drafting costs twice what it does, and the policy stopped drafting)."""
         batch, verified = (num_reqs, dec_ids), self.acceptance.verified_steps
         c = self._optimum_cache
-        if (c is None or c.opt is None or c.batch != batch or self.step - c.step >= self.replan_every
-                or (not c.settled if c.drafts else  # drafting: until the plan settles
-                    c.verified != verified or self._probe_due(c.opt, ahead=self.replan_every))):  # a probe's result, or one near
+        if c is None or c.opt is None:
+            stale = True
+        elif c.drafts:  # per request: the same batch, and until the plan settles
+            stale = c.batch != batch or self.step - c.step >= self.replan_every or not c.settled
+        else:  # "no drafts": a new batch size, a probe's result, a probe due, or every IDLE_REPLAN steps
+            stale = (c.batch[0] != num_reqs or len(c.batch[1]) != len(dec_ids) or c.verified != verified
+                     or self.step - c.step >= self.IDLE_REPLAN or self._probe_due(c.opt))
+        if stale:
             opt = self._optimum(dec_ids, num_reqs)
             drafts = opt is None or (opt[0] is not None and opt[1] > opt[2] * (1.0 + self.margin) and opt[0].any())
             settled = (c is not None and c.batch == batch and drafts and c.drafts

@@ -58,25 +58,50 @@ class ContextQueue:
     does not pay, most requests end before the next drafter forward, and their context is never
     computed. Rows are written in step order, so a slot freed by one request and reused by
     another ends with the later owner's K/V, as if every step had written at once.
+
+    When the queue is full (a long run of steps without a drafter forward, e.g. a workload the
+    drafter does not know, at high concurrency), the oldest requests' rows are shed instead of
+    written: those requests are ``incomplete`` (their drafter context has holes) and are never
+    drafted for again (the proposer masks them out of the plan) until they finish or are
+    preempted. Writing them instead cost a K = 0 step ~5 % at batch 64 on the demo pair's chat
+    prompts (a flush of ~4,000 rows every ~16 steps), for context that mostly nobody reads.
+    Requests in ``protected`` (seeded ones, which draft K every step; "" for rows of unknown
+    owner) are never shed.
     """
 
     def __init__(self):
         self.entries: list[tuple] = []  # (step, features, positions, slot_mapping, req_ids, rows per request)
         self.rows = 0
         self.dropped = 0  # rows never written (their request ended first)
+        self.shed_rows = 0  # rows never written (shed at the limit: their request became incomplete)
+        self.shed_requests = 0
+        self.incomplete: set[str] = set()  # live requests whose queued context was shed
+        self.protected: set[str] = set()
         self._ended: dict[str, int] = {}  # req_id -> the step at which it was seen ended
         self._step = 0
 
     def end(self, *id_sets) -> None:
         """A new step; the ids in ``id_sets`` finished or were preempted since the last: their
-        queued rows are never read."""
+        queued rows are never read (and a preempted request writes its whole context again
+        when it resumes, so it is complete again)."""
         self._step += 1
-        if self.entries:
+        if self.entries or self.incomplete:
+            inc = self.incomplete
             for ids in id_sets:
                 for r in ids or ():
                     self._ended[r] = self._step
+                    inc.discard(r)
 
     def add(self, features, positions, slot_mapping, req_ids: list[str], counts: np.ndarray) -> None:
+        inc = self.incomplete
+        if inc and any(r in inc for r in req_ids):  # nobody will read an incomplete request's rows
+            live = np.fromiter((r not in inc for r in req_ids), dtype=bool, count=len(req_ids))
+            self.shed_rows += int(counts[~live].sum())
+            if not live.any():
+                return
+            idx = torch.from_numpy(np.flatnonzero(np.repeat(live, counts))).to(features.device)
+            features, positions, slot_mapping = features[idx], positions[idx], slot_mapping[idx]
+            req_ids, counts = [r for r, x in zip(req_ids, live) if x], counts[live]
         self.entries.append((self._step, features, positions, slot_mapping, req_ids, counts))
         self.rows += features.shape[0]
 
@@ -85,10 +110,34 @@ class ContextQueue:
         ended = self._ended
         if not ended:
             return
-        kept, rows = [], 0
+        self.dropped += self._keep(lambda r, step: ended.get(r, -1) <= step)
+        ended.clear()
+
+    def shed(self, max_rows: int) -> None:
+        """Shed whole requests' rows, oldest first, until at most ``max_rows`` stay queued; those
+        requests become incomplete."""
+        per_req: dict[str, int] = {}  # in order of first queued row
+        for e in self.entries:
+            for r, n in zip(e[4], e[5].tolist()):
+                per_req[r] = per_req.get(r, 0) + n
+        rows, victims = self.rows, set()
+        for r, n in per_req.items():
+            if rows <= max_rows:
+                break
+            if r and r not in self.protected:
+                victims.add(r)
+                rows -= n
+        if victims:
+            self.incomplete |= victims
+            self.shed_requests += len(victims)
+            self.shed_rows += self._keep(lambda r, step: r not in victims)
+
+    def _keep(self, live_fn) -> int:
+        """Keep the rows whose (request, step queued) pass ``live_fn``; the number dropped."""
+        kept, rows, dropped = [], 0, 0
         for e in self.entries:
             step, features, positions, slots, req_ids, counts = e
-            live = np.fromiter((ended.get(r, -1) <= step for r in req_ids), dtype=bool, count=len(req_ids))
+            live = np.fromiter((live_fn(r, step) for r in req_ids), dtype=bool, count=len(req_ids))
             if not live.all():
                 if live.any():
                     idx = torch.from_numpy(np.flatnonzero(np.repeat(live, counts))).to(features.device)
@@ -97,12 +146,12 @@ class ContextQueue:
                 else:
                     e = None
             n = e[1].shape[0] if e is not None else 0
-            self.dropped += features.shape[0] - n
+            dropped += features.shape[0] - n
             if e is not None:
                 kept.append(e)
                 rows += n
         self.entries, self.rows = kept, rows
-        ended.clear()
+        return dropped
 
     def take(self):
         """Every live queued row, in step order, as (features, positions, slot_mapping) or None; the queue empties."""
@@ -190,7 +239,8 @@ class DFlashProposer(SpecDecodeBaseProposer):
 
     def stats(self) -> dict:
         return {"drafter_forwards": self.num_drafter_forwards, "skipped_forwards": self.num_skipped_forwards,
-                "submitted_hist": self.submitted_hist.tolist(), "context_rows_dropped": self._ctx_queue.dropped}
+                "submitted_hist": self.submitted_hist.tolist(), "context_rows_dropped": self._ctx_queue.dropped,
+                "context_rows_shed": self._ctx_queue.shed_rows, "requests_shed": self._ctx_queue.shed_requests}
 
     def _observe_verified(self, result, scheduler_output, *args, **kwargs) -> None:
         """After vLLM's bookkeeping (host lists already there, no sync added): accepted drafts
@@ -285,12 +335,18 @@ class DFlashProposer(SpecDecodeBaseProposer):
         self.policy.on_step(now, num_tokens, num_reqs, step_start, gap)
         req_ids = runner.input_batch.req_ids[:num_reqs]
         is_decode = ~runner.discard_request_mask.np[:num_reqs].astype(bool)  # partial prefills draft nothing
+        queue, draftable = self._ctx_queue, is_decode
+        if queue.incomplete:  # their context was shed (ContextQueue): no block of theirs can be right
+            draftable = is_decode & np.fromiter((r not in queue.incomplete for r in req_ids), dtype=bool, count=num_reqs)
         seeded = None
         generators = getattr(sampling_metadata, "generators", None)
         if generators:
             seeded = np.zeros(num_reqs, dtype=bool)
             seeded[[i for i in generators if i < num_reqs]] = True
-        k, q = self.policy.plan(req_ids, is_decode, can_shorten=self._same_on_all_ranks, seeded=seeded)
+            queue.protected = {req_ids[i] for i in np.flatnonzero(seeded)}  # they draft K every step
+        elif queue.protected:
+            queue.protected = set()
+        k, q = self.policy.plan(req_ids, draftable, can_shorten=self._same_on_all_ranks, seeded=seeded)
         self._pending_k = k
         lengths = np.bincount(np.minimum(k[is_decode], k_max), minlength=k_max + 1)
         self.submitted_hist[: len(lengths)] += lengths
@@ -338,8 +394,12 @@ class DFlashProposer(SpecDecodeBaseProposer):
             fits = queue.rows + num_tokens <= limit
             if not fits:
                 queue.prune()  # the rows of requests that ended are never written
-                # Defer again only if that freed half the limit; else write the live rows now
-                # (pruning again a few steps later would cost more than it saves).
+                # Defer again only once half the limit is free (pruning again a few steps later
+                # would cost more than it saves): shed the oldest requests' rows (they are never
+                # drafted for again, see ContextQueue) rather than write them; write the live
+                # rows now only if that cannot free it (this step's rows alone, or protected ones).
+                if queue.rows + num_tokens > limit // 2 and num_tokens <= limit // 2:
+                    queue.shed(limit // 2 - num_tokens)
                 fits = queue.rows + num_tokens <= limit // 2
             if fits:
                 feats = features if features.shape[0] == num_tokens and not features._is_view() else features[:num_tokens].clone()

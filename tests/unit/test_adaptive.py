@@ -467,3 +467,70 @@ def test_context_queue_drops_rows_of_requests_that_ended_and_keeps_write_order()
     owned = [s for r, s, _ in log if r in ("a", "d") or r == "c" and s >= 300]
     assert {s: lazy[s] for s in owned} == {s: eager[s] for s in owned}
     assert not any(100 <= s < 200 and lazy.get(s) == v for r, s, v in log if r == "b")
+
+
+def _rows(req_ids, counts, start):
+    import torch
+
+    n = int(sum(counts))
+    v = torch.arange(start, start + n, dtype=torch.float32)
+    return v[:, None].repeat(1, 3), torch.arange(start, start + n), torch.arange(start, start + n)
+
+
+def test_context_queue_sheds_the_oldest_requests_when_full_never_protected_ones():
+    """At its limit the queue sheds whole requests, oldest first (never a protected one): they
+    become incomplete, their later rows are never queued, and a request that finishes or is
+    preempted is complete again (a resumed one writes its whole context anew)."""
+    from dflash_vllm.proposers.dflash import ContextQueue
+
+    q = ContextQueue()
+    q.protected = {"s"}
+    step_rows = [(["s", "a", "b"], [4, 6, 2]), (["s", "a", "b", "c"], [1, 1, 1, 5]), (["s", "a", "b", "c"], [1, 1, 1, 1])]
+    v = 0
+    for ids, counts in step_rows:
+        q.end(set())
+        q.add(*_rows(ids, counts, v), ids, np.array(counts))
+        v += sum(counts)
+    assert q.rows == 24
+    q.shed(12)  # s is oldest but protected; a (8 rows) then b (4 rows) go
+    assert q.incomplete == {"a", "b"} and q.rows == 12 and q.shed_rows == 12 and q.shed_requests == 2
+    q.end(set())
+    q.add(*_rows(["a", "c"], [1, 1], v), ["a", "c"], np.array([1, 1]))  # a's new row: never queued
+    assert q.rows == 13 and q.shed_rows == 13
+    q.end({"a"}, None)  # a finished (or was preempted): complete again
+    assert q.incomplete == {"b"}
+    feats, pos, slot = q.take()
+    owners = [r for ids, counts in step_rows for r, n in zip(ids, counts) for _ in range(n)] + ["a", "c"]
+    kept = [i for i, r in enumerate(owners) if r in ("s", "c")]
+    assert feats[:, 0].long().tolist() == kept  # s's and c's rows, in step order
+
+
+def test_k0_steps_shed_context_at_the_limit_instead_of_writing_it(monkeypatch):
+    """A long run of K = 0 steps fills the deferred-context queue: the proposer then sheds the
+    oldest requests (never drafted for again) instead of writing their context, and the plan
+    leaves them out; this step's own rows are written only if they alone cannot fit."""
+    from dflash_vllm.proposers import dflash as prop
+
+    monkeypatch.setattr(prop, "_MAX_DEFERRED", 16)
+    writes = []
+    self = types.SimpleNamespace(_ctx_queue=prop.ContextQueue(), _flush_s=0.0,
+                                 model=types.SimpleNamespace(write_context_kv=lambda f, p, s: writes.append(len(f))))
+    write = types.MethodType(prop.DFlashProposer._write_context, self)
+    v = 0
+
+    def step(ids, counts):
+        nonlocal v
+        self._ctx_queue.end(set())
+        f, p, s = _rows(ids, counts, v)
+        v += sum(counts)
+        write(f, p, s, int(sum(counts)), defer=True, owners=(ids, np.array(counts)))
+
+    step(["a"], [8])  # a's prompt
+    step(["a", "b"], [1, 3])  # b's
+    step(["a", "b", "c"], [1, 1, 3])  # 15 rows queued
+    step(["a", "b", "c"], [1, 1, 1])  # 18 > 16: shed down to 8 - 3; a, the oldest (10 rows), goes
+    q = self._ctx_queue
+    assert writes == [] and q.incomplete == {"a"} and q.rows == 4 + 3 + 2, (writes, q.incomplete, q.rows)
+    assert q.shed_rows == 10 + 1 and q.shed_requests == 1  # a's rows, and its row of this step
+    step(["a", "b", "c", "d"], [1, 1, 1, 9])  # 12 rows: more than half the limit alone, written now with the queue
+    assert writes == [9 + 12] and q.rows == 0, writes
