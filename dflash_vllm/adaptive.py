@@ -25,7 +25,8 @@ The model (everything is learned online, on the host, from what vLLM already bri
   and ``q = max_i k_i`` (on CPU: the whole drafting call, vLLM's drafter input preparation
   included, which only drafted steps pay); ``N0`` the tokens verified without any draft (one
   per request plus the prefill running alongside); a plain step (no drafts) is priced from its
-  own line, fitted to runs of plain decode steps only (see CostModel). All are ridge
+  own line, fitted to runs of plain decode steps only, plus the line's error at the recent plain
+  steps of about the same batch (within 2x; see CostModel._local). All are ridge
   regressions with exponential forgetting, fitted to the engine's own step times (from the
   runner's execute_model to the drafting call, plus the gap since the previous drafting call
   unless the server sat idle; and the drafter forward).
@@ -53,7 +54,9 @@ it does not). Acceptance evidence ages per step and per verified row, so positio
 reached drift toward the rate of the position before them (the first toward the optimistic
 prior): after a run of prompts the drafter does not know, the
 first probes on prompts it does know bring deep drafting back within a short benchmark cell
-(``test_follows_a_change_of_workload``).
+(``test_follows_a_change_of_workload``). Each position holds at most 48 rows of evidence (a large
+batch's evidence outweighed a batch of one's for ~250 steps), and while drafting a plain step is
+measured every 8 steps until two were measured within 2x of the current batch.
 
 Opt-in, for now: ``"dflash_adaptive": true`` in the speculative config (or
 ``DFLASH_VLLM_FIXED_K=adaptive``) turns the policy on. Without it every request submits
@@ -154,11 +157,11 @@ class AcceptanceModel:
 
     def __init__(self, k_max: int, prior_rate: float = 0.8, prior_weight: float = 2.0, decay: float = 0.99,
                  row_decay: float = 0.995, request_decay: float = 0.85, request_prior: float = 2.0,
-                 max_rate: float = 0.98, chain: float = 1.0, unreached_decay: float = 0.9):
+                 max_rate: float = 0.98, chain: float = 1.0, unreached_decay: float = 0.9, max_weight: float = 48.0):
         self.k_max = k_max
         self.prior_rate, self.decay, self.row_decay, self.max_rate = prior_rate, decay, row_decay, max_rate
         self.request_decay, self.request_prior = request_decay, request_prior
-        self.chain, self.unreached_decay = chain, unreached_decay
+        self.chain, self.unreached_decay, self.max_weight = chain, unreached_decay, max_weight
         self._positions = np.arange(1, k_max + 1)
         self.accepted = np.full(k_max, prior_rate * prior_weight)  # decayed "position j accepted"
         self.reached = np.full(k_max, prior_weight)  # decayed "position j verified"
@@ -200,6 +203,13 @@ class AcceptanceModel:
         self.accepted[far] *= self.unreached_decay
         self.reached += np.cumsum(np.bincount(trials, minlength=n)[::-1])[::-1][1:]  # #{trials >= j}
         self.accepted += np.cumsum(np.bincount(a, minlength=n)[::-1])[::-1][1:]  # #{a >= j}
+        if self.max_weight and self.reached.max() > self.max_weight:
+            # At most max_weight rows of evidence per position: rows forget per row as well as per
+            # step, so a large batch's evidence weighed ~200 rows, which a batch of 1 (one row per
+            # step) took ~250 steps to outweigh (code at batch 64, then chat at batch 1).
+            f = np.minimum(1.0, self.max_weight / np.maximum(self.reached, 1e-12))
+            self.reached *= f
+            self.accepted *= f
         rd = self.request_decay
         reqs = self.requests
         for rid, ai, ei in zip(req_ids, a.tolist(), expected.tolist()):
@@ -311,6 +321,7 @@ class CostModel:
     KNOTS = (64.0, 256.0, 1024.0)
     SCALE = 256.0
     PLAIN_MIN = 3
+    LOCAL_WITHIN = 256  # steps a local plain-step error stays in use
 
     def __init__(self, decay: float = 0.99, ridge: float = 0.05):
         # The hinges stay 0 (one straight line) unless the data insist: a kink fitted on a
@@ -326,6 +337,32 @@ class CostModel:
         self.plain = _Ridge(2 + len(self.KNOTS), decay, (ridge, ridge, *[2.0] * len(self.KNOTS)))
         self.draft = _Ridge(2, decay, ridge)
         self._memo: tuple = (None, None, None, None, {})  # scalar t_verify per coefficient arrays (see t_verify)
+        self._steps = 0
+        self._resid: dict[int, tuple[float, float, int]] = {}  # log2 bucket of N -> (EMA of N, of seconds, step)
+        self._plain_seen: dict[int, tuple[int, int]] = {}  # log2 bucket of N -> steps of its 2 latest plain observations
+
+    def _local(self, n: float, plain: list) -> float:
+        """The plain-step line's (coefficients ``plain``) error at the recent plain steps near n
+        verified tokens (same power-of-2 bucket, last ``LOCAL_WITHIN`` steps; EMAs of their N
+        and time), else 0. The line is fitted to every plain step the
+        policy kept (forgetting per plain step) and its slope is held by the ridge: after a run at
+        batch 64 it priced batch 1's plain step at 4.5x its cost in simulation, and two plain
+        steps at batch 1 moved it only halfway. The local error follows from the first one."""
+        e = self._resid.get(self._bucket(n))
+        if e is None or self._steps - e[2] > self.LOCAL_WITHIN or self.plain.n < self.PLAIN_MIN:
+            return 0.0
+        return e[1] - max(self._line(plain, e[0]), 0.0)
+
+    @staticmethod
+    def _bucket(n: float) -> int:
+        return max(int(n), 1).bit_length() - 1
+
+    def plain_known_near(self, n: float, within: int = 256) -> bool:
+        """Whether two plain decode steps at about n verified tokens (within 2x) were measured
+        in the last ``within`` steps: elsewhere the plain-step price is the line's extrapolation
+        (fitted at batch 64, it priced batch 1's 4.5 ms plain step at 5-9 ms)."""
+        b, seen, now = self._bucket(n), self._plain_seen, self._steps
+        return any(now - seen.get(x, (-within - 1, 0))[0] <= within for x in (b - 1, b, b + 1))
 
     def _phi(self, n: float, drafted: bool) -> tuple:
         s = self.SCALE
@@ -337,9 +374,17 @@ class CostModel:
         prefill. The first costs more than the plain steps after it (vLLM leaves its speculative
         path; on the demo pair 5-9 ms against 3), so both stay out of the plain-step line: a run
         of plain decode steps is what the policy weighs drafting against."""
+        self._steps += 1
         self.verify.observe(self._phi(float(num_tokens), drafted), seconds_without_draft)
         if not drafted and not transient:
             self.plain.observe(self._phi(float(num_tokens), False)[:-1], seconds_without_draft)
+            b = self._bucket(num_tokens)
+            self._plain_seen[b] = (self._plain_seen.get(b, (-(1 << 30), -(1 << 30)))[1], self._steps)
+            # Recent plain steps near this N (see _local).
+            n, y, old = float(num_tokens), seconds_without_draft, self._resid.get(b)
+            if old is not None and self._steps - old[2] <= self.LOCAL_WITHIN:
+                n, y = 0.5 * old[0] + 0.5 * n, 0.5 * old[1] + 0.5 * y
+            self._resid[b] = (n, y, self._steps)
 
     def observe_draft(self, seconds: float, block_tokens: int) -> None:
         self.draft.observe((1.0, block_tokens / self.SCALE), seconds)
@@ -356,19 +401,21 @@ class CostModel:
             memo = self._memo
             if memo[0] is not th or memo[1] is not plain:  # solved since: coefficients as lists, once
                 memo = self._memo = (th, plain, th.tolist(), plain.tolist(), {})
-            key = (float(n), bool(drafted))
-            t = memo[4].get(key)
-            if t is None:
-                n = key[0]
-                t = t_plain = max(self._line(memo[3], n), 0.0)
-                if drafted:
-                    t = max(self._line(memo[2], n) + max(0.0, memo[2][-1]), t_plain)
+            n = float(n)
+            lines = memo[4].get(n)
+            if lines is None:
+                lines = (self._line(memo[3], n), self._line(memo[2], n) + max(0.0, memo[2][-1]))
                 if len(memo[4]) < 4096:
-                    memo[4][key] = t
-            return t
+                    memo[4][n] = lines
+            t_plain = max(lines[0] + self._local(n, memo[3]), 0.0)
+            return max(lines[1], t_plain) if drafted else t_plain
         delta = max(0.0, float(th[-1]))
         n = np.asarray(n, dtype=np.float64)
-        t_plain = np.maximum(self._line(plain, n), 0.0)
+        t_plain = self._line(plain, n)
+        if self._resid:
+            pl = plain.tolist()
+            t_plain = t_plain + np.array([self._local(x, pl) for x in n.ravel().tolist()]).reshape(n.shape)
+        t_plain = np.maximum(t_plain, 0.0)
         if not np.any(drafted):
             return t_plain
         return np.where(drafted, np.maximum(self._line(th, n) + delta, t_plain), t_plain)
@@ -414,6 +461,7 @@ class AdaptivePolicy:
     PLAIN_ANCHORS = 12  # plain steps to measure before plain anchors follow the exploration budget
     SETTLE_STEPS = 64  # steps measured before a drafting plan may be reused (see _choose)
     IDLE_REPLAN = 16  # steps a "no drafts" optimum is reused for (see _choose)
+    COVER_EVERY = 8  # steps between plain anchors while the batch is far from every measured plain step
 
     def __init__(self, k_max: int, fixed: list[int] | None = None, probe_every: int = 32,
                  dither_every: int = 4, zero_every: int = 32, explore_budget: float = 0.01,
@@ -437,6 +485,7 @@ class AdaptivePolicy:
         self._last_submitted = 0
         self._prev_submitted = 0  # the plan before that
         self._anchor_next = False  # the second step of a plain-step anchor is due
+        self._last_anchor = -(1 << 30)
 
     # called once per step, at the start of the drafting call
     def on_step(self, now: float, num_tokens: int, num_reqs: int, step_start: float | None,
@@ -561,8 +610,15 @@ class AdaptivePolicy:
             # is taken from a flag, not from the spacing: read off `step % spacing < 2`, most
             # pairs were one step, and no plain step was measured for hundreds of steps (code
             # at batch 64, then chat at batch 1: a 4.5 ms plain step priced at 8-9 ms, drafted on).
-            if self._anchor_next or self.step % spacing == 0:
+            # And as soon as the batch is far (over 2x) from every batch a plain step was recently
+            # measured at, at most every COVER_EVERY steps: there the plain-step price is an
+            # extrapolation (code at batch 64, then chat at batch 1: priced 5-9 ms against 4.5,
+            # and ~150-220 steps drafted on prompts the drafter does not know).
+            if (self._anchor_next or self.step % spacing == 0
+                    or (self.step - self._last_anchor >= self.COVER_EVERY
+                        and not self.cost.plain_known_near(num_reqs))):
                 self._anchor_next = not self._anchor_next
+                self._last_anchor = self.step
                 return np.zeros(r, dtype=np.int64), 0
             k = best_k
             if self.step % self.dither_every == 0:  # +-1 draft now and then: dT_v/dN stays measured

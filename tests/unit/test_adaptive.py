@@ -534,3 +534,55 @@ def test_k0_steps_shed_context_at_the_limit_instead_of_writing_it(monkeypatch):
     assert q.shed_rows == 10 + 1 and q.shed_requests == 1  # a's rows, and its row of this step
     step(["a", "b", "c", "d"], [1, 1, 1, 9])  # 12 rows: more than half the limit alone, written now with the queue
     assert writes == [9 + 12] and q.rows == 0, writes
+
+
+
+def _after_batch_change(cover_every: int, seed: int) -> tuple[int, float]:
+    """Prompts the drafter knows at batch 64, then prompts it does not know at batch 1 (the
+    bench's code c = 64 cell, then chat c = 1): steps drafted in the first 150 at batch 1, and
+    tokens per second there."""
+    p = AdaptivePolicy(15)
+    p.COVER_EVERY = cover_every
+    _simulate_hist(p, DEMO_HIST["tasks"], 64, *DEMO_COST[64], steps=300, seed=seed)
+    drafted = []
+    plan = p.plan
+    p.plan = lambda *a, **kw: (lambda kq: (drafted.append(kq[1] > 0), kq)[1])(plan(*a, **kw))
+    tok_s = _simulate_hist(p, DEMO_HIST["chat"], 1, *DEMO_COST[1], steps=150, seed=seed, warm=0, life=20)
+    return sum(drafted), tok_s
+
+
+def test_a_plain_step_is_measured_soon_after_the_batch_moves_far():
+    """After drafting at batch 64 the plain-step line is an extrapolation at batch 1 (priced
+    there at 4.5x what the step costs in this simulation; 5-9 ms against 4.5 on the demo pair):
+    plain anchors come every COVER_EVERY steps until two are measured near the new batch, and
+    with the local price (CostModel._local) and the evidence cap (AcceptanceModel.max_weight)
+    drafting on prompts the drafter does not know stops within a few dozen steps (each of the
+    three, taken out alone, fails this test)."""
+    seeds = (0, 1, 2)
+    cover = [_after_batch_change(AdaptivePolicy.COVER_EVERY, s) for s in seeds]
+    never = [_after_batch_change(10**9, s) for s in seeds]
+    none = np.mean([_simulate_hist(AdaptivePolicy(15, fixed=[0]), DEMO_HIST["chat"], 1, *DEMO_COST[1], steps=150,
+                                   seed=s, warm=0, life=20) for s in seeds])
+    d_cover, d_never = np.mean([d for d, _ in cover]), np.mean([d for d, _ in never])
+    g_cover, g_never = np.mean([g for _, g in cover]), np.mean([g for _, g in never])
+    print(f"drafted steps of 150 at batch 1: {d_cover:.0f} (without: {d_never:.0f}); tok/s over no drafts "
+          f"{g_cover / none:.3f} (without: {g_never / none:.3f})")
+    assert d_cover < 0.6 * d_never and g_cover > g_never
+
+
+def test_plain_step_price_follows_the_first_plain_steps_at_a_new_batch():
+    """The plain-step line, fitted to hundreds of plain steps at batch 64, extrapolates badly to
+    batch 1 (its slope is held by the ridge); two plain steps measured there set the price there."""
+    cm = CostModel()
+    true = lambda n: 0.0105 + 4e-4 * n if n < 8 else 0.03 + 3e-4 * n  # noqa: E731  (DEMO_COST at 1 and 64)
+    for _ in range(300):
+        cm.observe_step(true(64), 64)
+    far = float(cm.t_verify(1))
+    for _ in range(2):
+        cm.observe_step(true(1), 1)
+    near = float(cm.t_verify(1))
+    print(f"plain step at batch 1 priced {1e3 * far:.1f} ms after batch 64, {1e3 * near:.1f} ms after 2 there (true {1e3 * true(1):.1f})")
+    assert far > 2 * true(1) and near == pytest.approx(true(1), rel=0.1)
+    assert float(cm.t_verify(64)) == pytest.approx(true(64), rel=0.1)  # the far batch keeps its price
+    arr = cm.t_verify(np.array([1.0, 64.0]))
+    assert arr[0] == pytest.approx(near) and arr[1] == pytest.approx(float(cm.t_verify(64)))
