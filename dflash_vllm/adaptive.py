@@ -57,14 +57,14 @@ first probes on prompts it does know bring deep drafting back within a short ben
 (``test_follows_a_change_of_workload``). While drafting, a plain step is measured every 8
 steps until two were measured within 4x of the current batch. (``AcceptanceModel.max_weight``
 caps each position's evidence in rows; off by default: at 48 the full check's strong cells read
-0.87-0.88 of the best fixed K pooled against 0.93-0.94 without it, in two runs each.)
+0.87-0.88 of the best fixed K pooled in two runs, 0.91-0.94 in the three runs without it.)
 
 Opt-in, for now: ``"dflash_adaptive": true`` in the speculative config (or
 ``DFLASH_VLLM_FIXED_K=adaptive``) turns the policy on. Without it every request submits
 num_speculative_tokens drafts every step, as before: on this machine's full check
-(bench/results/bench-adaptive.json, bench/README.md) the policy met both goals in 8 of 28
-cells: 1.47x no speculation pooled where the drafter knows the prompts, but 0.85x where it does
-not (K = 0 pinned: 0.96x), so it is not yet the default.
+(bench/results/bench-adaptive.json, bench/README.md; session 14) the policy met both goals in
+11 of 28 cells: 1.45x no speculation pooled where the drafter knows the prompts, but 0.94x where
+it does not (K = 0 pinned: 0.99x), so it is not yet the default.
 ``"dflash_fixed_k": N`` (or ``DFLASH_VLLM_FIXED_K=N``) pins N drafts per request per step
 (N = 0: the drafter forward is skipped every step, only context K/V is written). vLLM's SpeculativeConfig rejects unknown keys, so the
 key is taken out of the config before vLLM parses it (``pop_config_key``) and travels to the
