@@ -345,10 +345,10 @@ class CostModel:
     def _local(self, n: float, plain: list) -> float:
         """The plain-step line's (coefficients ``plain``) error at the recent plain steps near n
         verified tokens (same power-of-2 bucket, last ``LOCAL_WITHIN`` steps; EMAs of their N
-        and time), else 0. The line is fitted to every plain step the
-        policy kept (forgetting per plain step) and its slope is held by the ridge: after a run at
-        batch 64 it priced batch 1's plain step at 4.5x its cost in simulation, and two plain
-        steps at batch 1 moved it only halfway. The local error follows from the first one."""
+        and time), else 0. The line is fitted to every plain step the policy kept (forgetting
+        per plain step) and its slope is held by the ridge: after a run at batch 64 it priced
+        batch 1's plain step at 4.5x its cost in simulation, and two plain steps at batch 1
+        moved it only halfway. The local error follows from the first one."""
         e = self._resid.get(self._bucket(n))
         if not self.LOCAL_WITHIN or e is None or self._steps - e[2] > self.LOCAL_WITHIN or self.plain.n < self.PLAIN_MIN:
             return 0.0
@@ -573,13 +573,15 @@ class AdaptivePolicy:
         a probe is due (the fresh one then decides): measured in the engine (demo pair, free
         prompts), the policy's host work was ~0.3 ms per step at batch 1-8, 6-7 % of a plain
         step, most of it this recomputation (~0.4 ms each, on a third of the steps: every 4
-        steps, at each new request, every step from 4 steps before a probe). While drafting, every step until the plan comes out the same twice running on
-        the same batch (and ``SETTLE_STEPS`` steps were measured), then every ``replan_every``
-        steps or when the batch changes, whatever the verifies in between: the computation (~0.3 ms of host work on CPU, ~3 % of a drafted step
-        of the demo pair at batch 1, where a fixed K pays nothing) then moves little from one
-        verify to the next, while a plan still moving (a start, a change of workload) follows
-        every verify (reused early, a first plan of the whole block for 4 steps taught the cost
-        model that drafting costs twice what it does, and the policy stopped drafting)."""
+        steps, at each new request, every step from 4 steps before a probe).
+        While drafting, every step until the plan comes out the same twice running on the same
+        batch (and ``SETTLE_STEPS`` steps were measured), then every ``replan_every`` steps or
+        when the batch changes, whatever the verifies in between: the computation (~0.3 ms of
+        host work on CPU, ~3 % of a drafted step of the demo pair at batch 1, where a fixed K
+        pays nothing) then moves little from one verify to the next, while a plan still moving
+        (a start, a change of workload) follows every verify (reused early, a first plan of the
+        whole block for 4 steps taught the cost model that drafting costs twice what it does,
+        and the policy stopped drafting)."""
         batch, verified = (num_reqs, dec_ids), self.acceptance.verified_steps
         c = self._optimum_cache
         if c is None or c.opt is None:
