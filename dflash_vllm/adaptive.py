@@ -55,9 +55,9 @@ reached drift toward the rate of the position before them (the first toward the 
 prior): after a run of prompts the drafter does not know, the
 first probes on prompts it does know bring deep drafting back within a short benchmark cell
 (``test_follows_a_change_of_workload``). While drafting, a plain step is measured every 8
-steps until two were measured within 4x of the current batch. (``AcceptanceModel.max_weight``
-caps each position's evidence in rows; off by default: at 48 the full check's strong cells read
-0.87-0.88 of the best fixed K pooled in two runs, 0.91-0.94 in the three runs without it.)
+steps until two were measured within 4x of the current batch. (A cap of 48 rows of acceptance
+evidence per position was tried, commit 60793f3: the full check's strong cells read 0.87-0.88 of
+the best fixed K pooled in the two runs with it, 0.91-0.94 in the three without; removed.)
 
 Opt-in, for now: ``"dflash_adaptive": true`` in the speculative config (or
 ``DFLASH_VLLM_FIXED_K=adaptive``) turns the policy on. Without it every request submits
@@ -158,11 +158,11 @@ class AcceptanceModel:
 
     def __init__(self, k_max: int, prior_rate: float = 0.8, prior_weight: float = 2.0, decay: float = 0.99,
                  row_decay: float = 0.995, request_decay: float = 0.85, request_prior: float = 2.0,
-                 max_rate: float = 0.98, chain: float = 1.0, unreached_decay: float = 0.9, max_weight: float = 0.0):
+                 max_rate: float = 0.98, chain: float = 1.0, unreached_decay: float = 0.9):
         self.k_max = k_max
         self.prior_rate, self.decay, self.row_decay, self.max_rate = prior_rate, decay, row_decay, max_rate
         self.request_decay, self.request_prior = request_decay, request_prior
-        self.chain, self.unreached_decay, self.max_weight = chain, unreached_decay, max_weight
+        self.chain, self.unreached_decay = chain, unreached_decay
         self._positions = np.arange(1, k_max + 1)
         self.accepted = np.full(k_max, prior_rate * prior_weight)  # decayed "position j accepted"
         self.reached = np.full(k_max, prior_weight)  # decayed "position j verified"
@@ -204,13 +204,6 @@ class AcceptanceModel:
         self.accepted[far] *= self.unreached_decay
         self.reached += np.cumsum(np.bincount(trials, minlength=n)[::-1])[::-1][1:]  # #{trials >= j}
         self.accepted += np.cumsum(np.bincount(a, minlength=n)[::-1])[::-1][1:]  # #{a >= j}
-        if self.max_weight and self.reached.max() > self.max_weight:
-            # At most max_weight rows of evidence per position: rows forget per row as well as per
-            # step, so a large batch's evidence weighed ~200 rows, which a batch of 1 (one row per
-            # step) took ~250 steps to outweigh (code at batch 64, then chat at batch 1).
-            f = np.minimum(1.0, self.max_weight / np.maximum(self.reached, 1e-12))
-            self.reached *= f
-            self.accepted *= f
         rd = self.request_decay
         reqs = self.requests
         for rid, ai, ei in zip(req_ids, a.tolist(), expected.tolist()):
@@ -322,7 +315,7 @@ class CostModel:
     KNOTS = (64.0, 256.0, 1024.0)
     SCALE = 256.0
     PLAIN_MIN = 3
-    LOCAL_WITHIN = 256  # steps a local plain-step error stays in use
+    LOCAL_WITHIN = 256  # steps a plain step measured near a batch stays in use (_local, plain_known_near)
 
     def __init__(self, decay: float = 0.99, ridge: float = 0.05):
         # The hinges stay 0 (one straight line) unless the data insist: a kink fitted on a
@@ -339,8 +332,8 @@ class CostModel:
         self.draft = _Ridge(2, decay, ridge)
         self._memo: tuple = (None, None, None, None, {})  # scalar t_verify per coefficient arrays (see t_verify)
         self._steps = 0
-        self._resid: dict[int, tuple[float, float, int]] = {}  # log2 bucket of N -> (EMA of N, of seconds, step)
-        self._plain_seen: dict[int, tuple[int, int]] = {}  # log2 bucket of N -> steps of its 2 latest plain observations
+        # log2 bucket of N -> (EMA of N, EMA of seconds, step of the latest plain step, of the one before)
+        self._near: dict[int, tuple[float, float, int, int]] = {}
 
     def _local(self, n: float, plain: list) -> float:
         """The plain-step line's (coefficients ``plain``) error at the recent plain steps near n
@@ -349,7 +342,7 @@ class CostModel:
         per plain step) and its slope is held by the ridge: after a run at batch 64 it priced
         batch 1's plain step at 4.5x its cost in simulation, and two plain steps at batch 1
         moved it only halfway. The local error follows from the first one."""
-        e = self._resid.get(self._bucket(n))
+        e = self._near.get(self._bucket(n))
         if not self.LOCAL_WITHIN or e is None or self._steps - e[2] > self.LOCAL_WITHIN or self.plain.n < self.PLAIN_MIN:
             return 0.0
         return e[1] - max(self._line(plain, e[0]), 0.0)
@@ -358,15 +351,15 @@ class CostModel:
     def _bucket(n: float) -> int:
         return max(int(n), 1).bit_length() - 1
 
-    def plain_known_near(self, n: float, within: int = 256) -> bool:
+    def plain_known_near(self, n: float) -> bool:
         """Whether two plain decode steps at about n verified tokens (within 4x) were measured
-        in the last ``within`` steps: elsewhere the plain-step price is the line's extrapolation
+        in the last ``LOCAL_WITHIN`` steps: elsewhere the plain-step price is the line's extrapolation
         (fitted at batch 64, it priced batch 1's 4.5 ms plain step at 5-9 ms). Within 2x, the
         drain at the end of every benchmark cell (the batch falling through sizes no plain step
         was measured at) called for anchors; the full run with that rule read 0.88 of the best
         fixed K pooled in the strong cells against 0.93-0.94 before it (cause not isolated)."""
-        b, seen, now = self._bucket(n), self._plain_seen, self._steps
-        return any(now - seen.get(x, (-within - 1, 0))[0] <= within for x in range(b - 2, b + 3))
+        b, near, now = self._bucket(n), self._near, self._steps
+        return any(x in near and now - near[x][3] <= self.LOCAL_WITHIN for x in range(b - 2, b + 3))
 
     def _phi(self, n: float, drafted: bool) -> tuple:
         s = self.SCALE
@@ -382,13 +375,12 @@ class CostModel:
         self.verify.observe(self._phi(float(num_tokens), drafted), seconds_without_draft)
         if not drafted and not transient:
             self.plain.observe(self._phi(float(num_tokens), False)[:-1], seconds_without_draft)
+            # Recent plain steps near this N (see _local and plain_known_near).
             b = self._bucket(num_tokens)
-            self._plain_seen[b] = (self._plain_seen.get(b, (-(1 << 30), -(1 << 30)))[1], self._steps)
-            # Recent plain steps near this N (see _local).
-            n, y, old = float(num_tokens), seconds_without_draft, self._resid.get(b)
+            n, y, old = float(num_tokens), seconds_without_draft, self._near.get(b)
             if old is not None and self._steps - old[2] <= self.LOCAL_WITHIN:
                 n, y = 0.5 * old[0] + 0.5 * n, 0.5 * old[1] + 0.5 * y
-            self._resid[b] = (n, y, self._steps)
+            self._near[b] = (n, y, self._steps, old[2] if old is not None else -(1 << 30))
 
     def observe_draft(self, seconds: float, block_tokens: int) -> None:
         self.draft.observe((1.0, block_tokens / self.SCALE), seconds)
@@ -416,7 +408,7 @@ class CostModel:
         delta = max(0.0, float(th[-1]))
         n = np.asarray(n, dtype=np.float64)
         t_plain = self._line(plain, n)
-        if self._resid:
+        if self._near:
             pl = plain.tolist()
             t_plain = t_plain + np.array([self._local(x, pl) for x in n.ravel().tolist()]).reshape(n.shape)
         t_plain = np.maximum(t_plain, 0.0)

@@ -85,25 +85,23 @@ class ContextQueue:
         queued rows are never read (and a preempted request writes its whole context again
         when it resumes, so it is complete again)."""
         self._step += 1
-        if self.entries or self.incomplete:
-            inc = self.incomplete
-            for ids in id_sets:
+        for ids in id_sets:
+            if self.entries:
                 for r in ids or ():
                     self._ended[r] = self._step
-                    inc.discard(r)
+            if self.incomplete and ids:
+                self.incomplete.difference_update(ids)
 
     def add(self, features, positions, slot_mapping, req_ids: list[str], counts: np.ndarray) -> None:
+        e = (self._step, features, positions, slot_mapping, req_ids, counts)
         inc = self.incomplete
         if inc and any(r in inc for r in req_ids):  # nobody will read an incomplete request's rows
-            live = np.fromiter((r not in inc for r in req_ids), dtype=bool, count=len(req_ids))
-            self.shed_rows += int(counts[~live].sum())
-            if not live.any():
+            e = _subset(e, np.fromiter((r not in inc for r in req_ids), dtype=bool, count=len(req_ids)))
+            self.shed_rows += features.shape[0] - (e[1].shape[0] if e is not None else 0)
+            if e is None:
                 return
-            idx = torch.from_numpy(np.flatnonzero(np.repeat(live, counts))).to(features.device)
-            features, positions, slot_mapping = features[idx], positions[idx], slot_mapping[idx]
-            req_ids, counts = [r for r, x in zip(req_ids, live) if x], counts[live]
-        self.entries.append((self._step, features, positions, slot_mapping, req_ids, counts))
-        self.rows += features.shape[0]
+        self.entries.append(e)
+        self.rows += e[1].shape[0]
 
     def prune(self) -> None:
         """Drop the rows of requests that ended after their rows were queued."""
@@ -136,15 +134,8 @@ class ContextQueue:
         """Keep the rows whose (request, step queued) pass ``live_fn``; the number dropped."""
         kept, rows, dropped = [], 0, 0
         for e in self.entries:
-            step, features, positions, slots, req_ids, counts = e
-            live = np.fromiter((live_fn(r, step) for r in req_ids), dtype=bool, count=len(req_ids))
-            if not live.all():
-                if live.any():
-                    idx = torch.from_numpy(np.flatnonzero(np.repeat(live, counts))).to(features.device)
-                    e = (step, features[idx], positions[idx], slots[idx], [r for r, x in zip(req_ids, live) if x],
-                         counts[live])
-                else:
-                    e = None
+            step, features, req_ids = e[0], e[1], e[4]
+            e = _subset(e, np.fromiter((live_fn(r, step) for r in req_ids), dtype=bool, count=len(req_ids)))
             n = e[1].shape[0] if e is not None else 0
             dropped += features.shape[0] - n
             if e is not None:
@@ -163,6 +154,17 @@ class ContextQueue:
         if len(entries) == 1:
             return entries[0][1:4]
         return tuple(torch.cat([e[i] for e in entries]) for i in (1, 2, 3))
+
+
+def _subset(entry: tuple, live: np.ndarray) -> tuple | None:
+    """A queued step (see ContextQueue.entries) cut to the requests in ``live``; None if none."""
+    if live.all():
+        return entry
+    if not live.any():
+        return None
+    step, features, positions, slots, req_ids, counts = entry
+    idx = torch.from_numpy(np.flatnonzero(np.repeat(live, counts))).to(features.device)
+    return (step, features[idx], positions[idx], slots[idx], [r for r, x in zip(req_ids, live) if x], counts[live])
 
 
 class DFlashProposer(SpecDecodeBaseProposer):
