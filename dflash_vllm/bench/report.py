@@ -66,6 +66,10 @@ def summarize(runs: list[dict], k: int | None) -> dict:
         n_sub = sum(hist)
         out["submitted_hist"] = hist
         out["mean_submitted_k"] = round(sum(j * c for j, c in enumerate(hist)) / n_sub, 3) if n_sub else None
+        # per repeat too: a cell's pooled mean weighs each repeat by its steps, so one repeat that
+        # stopped drafting (more steps) can hide two that drafted deep
+        out["mean_submitted_k_per_repeat"] = [round(sum(j * c for j, c in enumerate(h)) / sum(h), 3) if sum(h) else None
+                                              for h in sub]
     if k and acc:
         out.update({
             "tau": round(tau(acc), 3),

@@ -50,6 +50,18 @@ def test_report_summarize_uses_them():
     assert "tau" not in summarize([run], k=None)
 
 
+def test_report_summarize_keeps_the_submitted_k_of_each_repeat():
+    """Pooled, one repeat that stopped drafting (more steps) outweighs two that drafted deep."""
+    from dflash_vllm.bench.report import summarize
+
+    def run(hist):
+        return {"steps": [{"new_tokens": 1, "seconds": 0.1, "running": 1}], "wall_s": 1.0, "itl_s": [],
+                "outputs": [], "submitted_hist": hist}
+
+    s = summarize([run([0, 0, 10]), run([0, 0, 10]), run([60, 0, 0])], k=2)
+    assert s["mean_submitted_k"] == pytest.approx(0.5) and s["mean_submitted_k_per_repeat"] == [2.0, 2.0, 0.0]
+
+
 def test_reference_result_tau():
     from dflash_vllm.reference import Result
 
