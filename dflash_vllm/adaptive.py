@@ -168,6 +168,7 @@ class AcceptanceModel:
         self.reached = np.full(k_max, prior_weight)  # decayed "position j verified"
         self.requests: dict[str, list[float]] = {}  # req_id -> [decayed accepted, decayed expected]
         self.verified_steps = 0  # verify steps observed (a plan made before one is out of date)
+        self.last_accepted = 0  # drafts accepted, all rows, in the latest verify step
 
     def rates(self) -> np.ndarray:
         """g(j), j = 1..K: each position's evidence, with ``chain`` pseudo-counts at the rate of
@@ -187,6 +188,7 @@ class AcceptanceModel:
         self.verified_steps += 1
         d = np.minimum(np.asarray(num_drafted, dtype=np.int64), self.k_max)
         a = np.minimum(np.asarray(num_accepted, dtype=np.int64), d)
+        self.last_accepted = int(a.sum())
         trials = np.minimum(a + 1, d)  # positions that were verified (the first rejection included)
         g = self.rates()
         expected = np.concatenate([[0.0], np.cumsum(g)])[trials]  # sum_{j <= trials} g(j)
@@ -482,6 +484,13 @@ class AdaptivePolicy:
         self._prev_submitted = 0  # the plan before that
         self._anchor_next = False  # the second step of a plain-step anchor is due
         self._last_anchor = -(1 << 30)
+        # What probes cost, measured (see _measure_probe): the wall time between consecutive
+        # plans, its running mean over plain steps, the probe being measured, and per log2
+        # batch bucket a running mean of the measured loss in plain steps.
+        self._prev_now: float | None = None
+        self._plain_period: float | None = None
+        self._probe_meas: list | None = None  # [r, verified_steps at the probe, first period or None, accepted]
+        self.probe_loss: dict[int, float] = {}
 
     # called once per step, at the start of the drafting call
     def on_step(self, now: float, num_tokens: int, num_reqs: int, step_start: float | None,
@@ -495,17 +504,19 @@ class AdaptivePolicy:
         if self.fixed is not None:  # a pinned K needs no cost model: keep its steps cheap
             self.step += 1
             return
+        idle = 0.0  # of the time since the previous plan, what the server sat idle
         if step_start is not None:
             rest = now - step_start
             if gap is not None and gap >= 0:
                 g = self._gap_mean
                 if g is None and gap > rest:  # the first gap may be idle too: wait for a short one
-                    pass
+                    idle = gap
                 elif g is None or gap <= 3.0 * g:
                     self._gap_mean = gap if g is None else 0.9 * g + 0.1 * gap
                     rest += gap
                 else:
                     rest += g
+                    idle = gap - g
             cm = self.cost
             drafted = self._last_submitted > 0
             # The plain-step line learns from runs of plain decode steps only: not the first plain
@@ -521,9 +532,45 @@ class AdaptivePolicy:
                     # would cost more than the clip is worth)
                     rest = min(rest, self.outlier * max(float(cm.t_verify(num_tokens, drafted, stale=True)), 1e-6))
                 cm.observe_step(rest, num_tokens, drafted=drafted, transient=transient)
+        if self._prev_now is not None:
+            self._measure_probe(now - self._prev_now - idle)
+        self._prev_now = now
         extra = max(0, num_tokens - num_reqs - self._last_submitted)
         self.prefill_tokens = 0.8 * self.prefill_tokens + 0.2 * extra
         self.step += 1
+
+    def _measure_probe(self, period: float) -> None:
+        """What a probe cost, measured rather than modelled: the wall time from one plan to the
+        next (the engine step, the drafting call with its deferred context write, scheduling),
+        for the two periods a probe touches (its drafter forward and the verify of its drafts;
+        then the first plain step after drafted ones, which costs more) against the running mean
+        over periods with no drafts on either side, in plain steps, less the drafts it got
+        accepted (a plain step emits one token per request):
+        ``loss = (p1 + p2) / P - 2 - accepted / r``. The modelled loss (``_optimum``) prices
+        only the verify and the drafter forward; on the demo pair's free prompts it read ~1 plain
+        step at batch 1-64 and probes came every ~40-60 steps, while drafter calls alone were
+        2.5-4 % of the step time (bench T_d), twice the budget. ``_probe_due`` spaces probes by
+        the larger of the two, per log2 batch bucket (a probe at batch 64 runs the drafter over
+        64 blocks and costs several plain steps; at batch 1 about one)."""
+        last, prev = self._last_submitted, self._prev_submitted
+        if last == 0 and prev == 0 and period > 0:
+            p = self._plain_period
+            self._plain_period = period if p is None else 0.9 * p + 0.1 * period
+        m = self._probe_meas
+        if m is None:
+            return
+        if m[2] is None and last > 0:  # the probe's own period: its drafter call and its verify
+            m[2] = period
+            m[3] = self.acceptance.last_accepted if self.acceptance.verified_steps > m[1] else 0
+            return
+        self._probe_meas = None
+        p = self._plain_period
+        if m[2] is None or last > 0 or p is None or p <= 0:  # drafting went on: nothing to measure
+            return
+        loss = max(0.0, (m[2] + period) / p - 2.0 - m[3] / max(m[0], 1))
+        b = CostModel._bucket(m[0])
+        old = self.probe_loss.get(b)
+        self.probe_loss[b] = loss if old is None else 0.7 * old + 0.3 * loss
 
     def on_draft_time(self, seconds: float, block_tokens: int) -> None:
         self.cost.observe_draft(seconds, block_tokens)
@@ -582,7 +629,7 @@ class AdaptivePolicy:
             stale = c.batch != batch or self.step - c.step >= self.replan_every or not c.settled
         else:  # "no drafts": a new batch size, a probe's result, a probe due, or every IDLE_REPLAN steps
             stale = (c.batch[0] != num_reqs or len(c.batch[1]) != len(dec_ids) or c.verified != verified
-                     or self.step - c.step >= self.IDLE_REPLAN or self._probe_due(c.opt))
+                     or self.step - c.step >= self.IDLE_REPLAN or self._probe_due(c.opt, num_reqs=num_reqs))
         if stale:
             opt = self._optimum(dec_ids, num_reqs)
             drafts = opt is None or (opt[0] is not None and opt[1] > opt[2] * (1.0 + self.margin) and opt[0].any())
@@ -625,8 +672,9 @@ class AdaptivePolicy:
                 return k, int(k.max())
         # Keep measuring acceptance and draft cost: a probe, as often as `budget` of the step
         # time allows (a probe that loses 6 plain steps waits ~300 steps).
-        if self._probe_due(opt):
+        if self._probe_due(opt, num_reqs=num_reqs):
             self._probes += 1
+            self._probe_meas = [num_reqs, self.acceptance.verified_steps, None, 0]
             if self._probes % 2 == 0:  # every other probe half as deep: N varies among drafted
                 q_probe = max(1, q_probe // 2)  # steps (the slope in N told apart from delta), and
                 # it still sees past the first draft (a 1-draft probe could not tell a changed workload)
@@ -638,11 +686,15 @@ class AdaptivePolicy:
         """The optimum the latest plan used (see ``_optimum``), or None: for tracing."""
         return self._optimum_cache.opt if self._optimum_cache else None
 
-    def _probe_due(self, opt, ahead: int = 0) -> bool:
+    def _probe_due(self, opt, ahead: int = 0, num_reqs: int = 1) -> bool:
         """Whether a probe is due (within ``ahead`` steps): ``probe_every`` steps without drafts
-        at least, spaced so that what probes lose (``opt``'s estimate, in plain steps) stays
-        within ``probe_budget``."""
+        at least, spaced so that what probes lose (in plain steps: ``opt``'s estimate, or what
+        probes at about this batch size were measured to lose, the larger) stays within
+        ``probe_budget``."""
         loss = opt[4] if opt is not None else 0.0
+        measured = self.probe_loss.get(CostModel._bucket(num_reqs))
+        if measured is not None:
+            loss = max(loss, measured)
         return self.steps_since_draft + 1 + ahead >= max(self.probe_every, int(loss / self.probe_budget))
 
     def _optimum(self, dec_ids: list[str], num_reqs: int):
