@@ -46,7 +46,8 @@ then drafting pauses for two steps (the plain step's cost stays measured: the se
 the first after drafted steps costs more), spaced to cost at most ``explore_budget`` (1%) of the
 expected goodput, and every ``zero_every`` steps while fewer than 12 plain steps were measured.
 While drafting does not pay, a probe drafts after ``probe_every`` (32) steps or more, spaced so
-that what probes lose stays within ``probe_budget`` (2%); a probe drafts as deep as costs at most
+that what probes lose stays within ``probe_budget`` (2%): the larger of the modelled loss and the
+one measured on earlier probes at about the same batch (wall time, ``_measure_probe``); a probe drafts as deep as costs at most
 a quarter of a plain step more than one draft each (on CPU with a small batch: the whole block, so
 one probe measures every position), every other probe half as deep (so the slope in N and delta
 are told apart; a one-draft probe, as before, could not tell prompts the drafter knows from ones
@@ -488,7 +489,7 @@ class AdaptivePolicy:
         # plans, its running mean over plain steps, the probe being measured, and per log2
         # batch bucket a running mean of the measured loss in plain steps.
         self._prev_now: float | None = None
-        self._plain_period: float | None = None
+        self._plain_period: dict[int, list] = {}  # log2 batch bucket -> [running mean, periods seen]
         self._probe_meas: list | None = None  # [r, verified_steps at the probe, first period or None, accepted]
         self.probe_loss: dict[int, float] = {}
 
@@ -533,13 +534,13 @@ class AdaptivePolicy:
                     rest = min(rest, self.outlier * max(float(cm.t_verify(num_tokens, drafted, stale=True)), 1e-6))
                 cm.observe_step(rest, num_tokens, drafted=drafted, transient=transient)
         if self._prev_now is not None:
-            self._measure_probe(now - self._prev_now - idle)
+            self._measure_probe(now - self._prev_now - idle, num_reqs)
         self._prev_now = now
         extra = max(0, num_tokens - num_reqs - self._last_submitted)
         self.prefill_tokens = 0.8 * self.prefill_tokens + 0.2 * extra
         self.step += 1
 
-    def _measure_probe(self, period: float) -> None:
+    def _measure_probe(self, period: float, num_reqs: int) -> None:
         """What a probe cost, measured rather than modelled: the wall time from one plan to the
         next (the engine step, the drafting call with its deferred context write, scheduling),
         for the two periods a probe touches (its drafter forward and the verify of its drafts;
@@ -551,11 +552,14 @@ class AdaptivePolicy:
         step at batch 1-64 and probes came every ~40-60 steps, while drafter calls alone were
         2.5-4 % of the step time (bench T_d), twice the budget. ``_probe_due`` spaces probes by
         the larger of the two, per log2 batch bucket (a probe at batch 64 runs the drafter over
-        64 blocks and costs several plain steps; at batch 1 about one)."""
+        64 blocks and costs several plain steps; at batch 1 about one). The plain periods are kept
+        per log2 batch bucket too (one mean across batches priced a probe at batch 8, after a
+        cell at batch 64, against a 23 ms period where plain steps took 9), and a probe is
+        measured only against a bucket with 4 plain periods in it."""
         last, prev = self._last_submitted, self._prev_submitted
         if last == 0 and prev == 0 and period > 0:
-            p = self._plain_period
-            self._plain_period = period if p is None else 0.9 * p + 0.1 * period
+            e = self._plain_period.setdefault(CostModel._bucket(num_reqs), [period, 0])
+            e[0], e[1] = (period if e[1] == 0 else 0.8 * e[0] + 0.2 * period), e[1] + 1
         m = self._probe_meas
         if m is None:
             return
@@ -564,13 +568,13 @@ class AdaptivePolicy:
             m[3] = self.acceptance.last_accepted if self.acceptance.verified_steps > m[1] else 0
             return
         self._probe_meas = None
-        p = self._plain_period
-        if m[2] is None or last > 0 or p is None or p <= 0:  # drafting went on: nothing to measure
-            return
-        loss = max(0.0, (m[2] + period) / p - 2.0 - m[3] / max(m[0], 1))
         b = CostModel._bucket(m[0])
+        e = self._plain_period.get(b)
+        if m[2] is None or last > 0 or e is None or e[1] < 4 or e[0] <= 0:  # drafting went on, or no plain mean
+            return
+        loss = max(0.0, (m[2] + period) / e[0] - 2.0 - m[3] / max(m[0], 1))
         old = self.probe_loss.get(b)
-        self.probe_loss[b] = loss if old is None else 0.7 * old + 0.3 * loss
+        self.probe_loss[b] = loss if old is None else 0.5 * old + 0.5 * loss
 
     def on_draft_time(self, seconds: float, block_tokens: int) -> None:
         self.cost.observe_draft(seconds, block_tokens)
@@ -689,12 +693,15 @@ class AdaptivePolicy:
     def _probe_due(self, opt, ahead: int = 0, num_reqs: int = 1) -> bool:
         """Whether a probe is due (within ``ahead`` steps): ``probe_every`` steps without drafts
         at least, spaced so that what probes lose (in plain steps: ``opt``'s estimate, or what
-        probes at about this batch size were measured to lose, the larger) stays within
-        ``probe_budget``."""
+        probes at about this batch size were measured to lose, per log2 bucket or else its
+        neighbours, the larger) stays within ``probe_budget``."""
         loss = opt[4] if opt is not None else 0.0
-        measured = self.probe_loss.get(CostModel._bucket(num_reqs))
-        if measured is not None:
-            loss = max(loss, measured)
+        b, measured = CostModel._bucket(num_reqs), self.probe_loss
+        m = measured.get(b)
+        if m is None:  # a batch at the edge of a bucket (7 after 8): its neighbours' measurements
+            m = max((measured[x] for x in (b - 1, b + 1) if x in measured), default=None)
+        if m is not None:
+            loss = max(loss, m)
         return self.steps_since_draft + 1 + ahead >= max(self.probe_every, int(loss / self.probe_budget))
 
     def _optimum(self, dec_ids: list[str], num_reqs: int):
