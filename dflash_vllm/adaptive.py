@@ -47,11 +47,11 @@ the first after drafted steps costs more), spaced to cost at most ``explore_budg
 expected goodput, and every ``zero_every`` steps while fewer than 12 plain steps were measured.
 While drafting does not pay, a probe drafts after ``probe_every`` (32) steps or more, spaced so
 that what probes lose stays within ``probe_budget`` (2%): the larger of the modelled loss and the
-one measured on earlier probes at about the same batch (wall time, ``_measure_probe``); a probe drafts as deep as costs at most
-a quarter of a plain step more than one draft each (on CPU with a small batch: the whole block, so
-one probe measures every position), every other probe half as deep (so the slope in N and delta
-are told apart; a one-draft probe, as before, could not tell prompts the drafter knows from ones
-it does not). Acceptance evidence ages per step and per verified row, so positions no longer
+one measured on earlier probes at about the same batch (wall time, ``_measure_probe``). A probe
+drafts as deep as costs at most a quarter of a plain step more than one draft each (on CPU with a
+small batch: the whole block, so one probe measures every position), every other probe half as
+deep (so the slope in N and delta are told apart; a one-draft probe, as before, could not tell
+prompts the drafter knows from ones it does not). Acceptance evidence ages per step and per verified row, so positions no longer
 reached drift toward the rate of the position before them (the first toward the optimistic
 prior): after a run of prompts the drafter does not know, the
 first probes on prompts it does know bring deep drafting back within a short benchmark cell
