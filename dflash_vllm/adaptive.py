@@ -51,9 +51,9 @@ one measured on earlier probes at about the same batch (wall time, ``_measure_pr
 drafts as deep as costs at most a quarter of a plain step more than one draft each (on CPU with a
 small batch: the whole block, so one probe measures every position), every other probe half as
 deep (so the slope in N and delta are told apart; a one-draft probe, as before, could not tell
-prompts the drafter knows from ones it does not). Acceptance evidence ages per step and per verified row, so positions no longer
-reached drift toward the rate of the position before them (the first toward the optimistic
-prior): after a run of prompts the drafter does not know, the
+prompts the drafter knows from ones it does not). Acceptance evidence ages per step and per
+verified row, so positions no longer reached drift toward the rate of the position before them
+(the first toward the optimistic prior): after a run of prompts the drafter does not know, the
 first probes on prompts it does know bring deep drafting back within a short benchmark cell
 (``test_follows_a_change_of_workload``). While drafting, a plain step is measured every 8
 steps until two were measured within 4x of the current batch. (A cap of 48 rows of acceptance
@@ -75,6 +75,7 @@ the environment variable also accepts a comma-separated cycle (``"0,0,7"``: per 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
@@ -443,6 +444,16 @@ class CostModel:
 
 
 # -- the policy -----------------------------------------------------------------------------------
+@dataclass
+class _ProbeMeasurement:
+    """A probe being measured (see ``AdaptivePolicy._measure_probe``)."""
+
+    batch: int  # requests in the probe
+    verified: int  # AcceptanceModel.verified_steps when it was planned
+    first: float | None = None  # its own period (its drafting call and its verify), once seen
+    accepted: int = 0  # drafts it got accepted
+
+
 class _CachedOptimum(NamedTuple):
     """The last optimum the policy computed, and what it was computed for (see ``_choose``)."""
 
@@ -490,7 +501,7 @@ class AdaptivePolicy:
         # batch bucket a running mean of the measured loss in plain steps.
         self._prev_now: float | None = None
         self._plain_period: dict[int, list] = {}  # log2 batch bucket -> [running mean, periods seen]
-        self._probe_meas: list | None = None  # [r, verified_steps at the probe, first period or None, accepted]
+        self._probe_meas: _ProbeMeasurement | None = None
         self.probe_loss: dict[int, float] = {}
 
     # called once per step, at the start of the drafting call
@@ -563,16 +574,16 @@ class AdaptivePolicy:
         m = self._probe_meas
         if m is None:
             return
-        if m[2] is None and last > 0:  # the probe's own period: its drafter call and its verify
-            m[2] = period
-            m[3] = self.acceptance.last_accepted if self.acceptance.verified_steps > m[1] else 0
+        if m.first is None and last > 0:  # the probe's own period: its drafter call and its verify
+            m.first = period
+            m.accepted = self.acceptance.last_accepted if self.acceptance.verified_steps > m.verified else 0
             return
         self._probe_meas = None
-        b = CostModel._bucket(m[0])
+        b = CostModel._bucket(m.batch)
         e = self._plain_period.get(b)
-        if m[2] is None or last > 0 or e is None or e[1] < 4 or e[0] <= 0:  # drafting went on, or no plain mean
+        if m.first is None or last > 0 or e is None or e[1] < 4 or e[0] <= 0:  # drafting went on, or no plain mean
             return
-        loss = max(0.0, (m[2] + period) / e[0] - 2.0 - m[3] / max(m[0], 1))
+        loss = max(0.0, (m.first + period) / e[0] - 2.0 - m.accepted / max(m.batch, 1))
         old = self.probe_loss.get(b)
         self.probe_loss[b] = loss if old is None else 0.5 * old + 0.5 * loss
 
@@ -678,7 +689,7 @@ class AdaptivePolicy:
         # time allows (a probe that loses 6 plain steps waits ~300 steps).
         if self._probe_due(opt, num_reqs=num_reqs):
             self._probes += 1
-            self._probe_meas = [num_reqs, self.acceptance.verified_steps, None, 0]
+            self._probe_meas = _ProbeMeasurement(num_reqs, self.acceptance.verified_steps)
             if self._probes % 2 == 0:  # every other probe half as deep: N varies among drafted
                 q_probe = max(1, q_probe // 2)  # steps (the slope in N told apart from delta), and
                 # it still sees past the first draft (a 1-draft probe could not tell a changed workload)
@@ -690,7 +701,7 @@ class AdaptivePolicy:
         """The optimum the latest plan used (see ``_optimum``), or None: for tracing."""
         return self._optimum_cache.opt if self._optimum_cache else None
 
-    def _probe_due(self, opt, ahead: int = 0, num_reqs: int = 1) -> bool:
+    def _probe_due(self, opt, *, num_reqs: int, ahead: int = 0) -> bool:
         """Whether a probe is due (within ``ahead`` steps): ``probe_every`` steps without drafts
         at least, spaced so that what probes lose (in plain steps: ``opt``'s estimate, or what
         probes at about this batch size were measured to lose, per log2 bucket or else its
