@@ -564,6 +564,79 @@ def test_k0_steps_shed_context_at_the_limit_instead_of_writing_it(monkeypatch):
 
 
 
+def test_deferred_context_leaves_the_cache_an_eager_writer_leaves_for_every_request_it_drafts_for(monkeypatch):
+    """Random traffic (requests joining with prompts, finishing, preempted and resumed, slots
+    freed and reused, seeded requests protected, drafted and K = 0 steps mixed, a small queue
+    limit so that rows are shed): after the last drafter forward, every slot owned by a running
+    request the queue has not marked incomplete holds what writing every step at once would
+    have left there; no row of a request that ended before the write is written (dropped),
+    and every row is either written, dropped or shed."""
+    import random
+
+    import torch
+
+    from dflash_vllm.proposers import dflash as prop
+
+    monkeypatch.setattr(prop, "_MAX_DEFERRED", 48)
+    for seed in range(6):
+        rng = random.Random(seed)
+        lazy, eager, written, stale = {}, {}, [0], [0]
+        owner_of, life = {}, {}  # value -> (request, life), request -> its life (preemptions + 1)
+
+        def write_kv(f, p, s):
+            written[0] += len(f)
+            values = f[:, 0].long().tolist()
+            stale[0] += sum(life.get(owner_of[v][0]) != owner_of[v][1] for v in values)
+            lazy.update(zip(s.tolist(), values))
+
+        self = types.SimpleNamespace(_ctx_queue=prop.ContextQueue(), _flush_s=0.0,
+                                     model=types.SimpleNamespace(write_context_kv=write_kv))
+        write = types.MethodType(prop.DFlashProposer._write_context, self)
+        q = self._ctx_queue
+        free, owned, value, total = list(range(4000)), {}, 0, 0
+        rng.shuffle(free)
+        for step in range(300):
+            finished = {r for r in owned if rng.random() < 0.06}
+            preempted = {r for r in owned if r not in finished and rng.random() < 0.02}
+            for r in finished | preempted:
+                free.extend(owned[r])
+            q.end(finished, preempted)
+            for r in preempted:  # resumes at once: its whole context again, in new slots
+                owned[r] = [None] * len(owned[r])
+                life[r] += 1
+            for r in finished:
+                del owned[r], life[r]
+            while len(owned) < 10 and rng.random() < 0.4:
+                r = f"r{step}-{len(owned)}"
+                owned[r], life[r] = [None] * rng.randint(1, 30), 0  # a prompt
+            q.protected = {r for r in owned if hash((seed, r)) % 7 == 0}
+            ids, counts, slots = list(owned), [], []
+            for r in ids:
+                new = [i for i, x in enumerate(owned[r]) if x is None] or [len(owned[r])]
+                if new == [len(owned[r])]:
+                    owned[r].append(None)
+                for i in new:
+                    owned[r][i] = free.pop()
+                    slots.append(owned[r][i])
+                    owner_of[value + len(slots) - 1] = (r, life[r])
+                counts.append(len(new))
+            n = len(slots)
+            vals = torch.arange(value, value + n)
+            value, total = value + n, total + n
+            eager.update(zip(slots, vals.tolist()))
+            features = vals[:, None].float().repeat(1, 4)
+            write(features, vals.clone(), torch.tensor(slots), n, defer=step == 299 or rng.random() < 0.9,
+                  owners=(ids, np.array(counts)))
+        write(torch.zeros(0, 4), torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long), 0, defer=False)
+        checked = [s for r, ss in owned.items() if r not in q.incomplete for s in ss]
+        wrong = [s for s in checked if lazy.get(s) != eager[s]]
+        assert checked and not wrong, f"seed {seed}: {len(wrong)} of {len(checked)} slots differ from the eager cache"
+        assert stale[0] == 0, f"{stale[0]} rows written after their request ended (seed {seed})"
+        assert q.rows == 0 and written[0] + q.dropped + q.shed_rows == total, (written, q.dropped, q.shed_rows, total)
+        assert q.dropped and q.shed_rows and q.shed_requests, (q.dropped, q.shed_rows)
+
+
+
 def _after_batch_change(cover_every: int, seed: int, local: bool = True) -> tuple[int, float]:
     """Prompts the drafter knows at batch 64, then prompts it does not know at batch 1 (the
     bench's code c = 64 cell, then chat c = 1): steps drafted in the first 150 at batch 1, and
