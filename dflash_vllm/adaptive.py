@@ -17,19 +17,24 @@ The model (everything is learned online, on the host, from what vLLM already bri
   over from earlier prompts.)
 - cost: one engine step costs
   ``T(k) = T_v(N0 + sum_i k_i) + delta [sum_i k_i > 0] + [q > 0] T_d(R (q + 1))``:
-  ``T_v`` everything but the drafter forward (target verify, scheduling, sampling, context K/V
-  write) as a function of the verified tokens N (piecewise linear, knots at 64, 256, 1024: flat
+  ``T_v`` everything but the drafting call (target verify, scheduling, sampling, the plan; on
+  a K = 0 step the deferred context copy) as a function of the verified tokens N (piecewise linear, knots at 64, 256, 1024: flat
   while the device has idle compute, steeper once it has none); ``delta`` the fixed cost of a
   step that verifies any draft (vLLM's speculative bookkeeping, a third of a small model's plain
   step on CPU); ``T_d`` the drafter forward over ``R (q + 1)`` block tokens, R the batch size
-  and ``q = max_i k_i`` (on CPU: the whole drafting call, vLLM's drafter input preparation
-  included, which only drafted steps pay); ``N0`` the tokens verified without any draft (one
+  and ``q = max_i k_i``, with the context K/V write of the tokens the step verified (on CPU:
+  the whole drafting call, vLLM's drafter input preparation included, which only drafted
+  steps pay; the context K = 0 steps deferred is the price of drafting again, measured on
+  probes instead); ``N0`` the tokens verified without any draft (one
   per request plus the prefill running alongside); a plain step (no drafts) is priced from its
   own line, fitted to runs of plain decode steps only, plus the line's error at the recent plain
   steps of about the same batch (within 2x; see CostModel._local). All are ridge
   regressions with exponential forgetting, fitted to the engine's own step times (from the
   runner's execute_model to the drafting call, plus the gap since the previous drafting call
-  unless the server sat idle; and the drafter forward).
+  unless the server sat idle, plus the previous step's plan; and the drafting call). Until
+  session 17 the context write of drafted steps was in no clock: 7 % of a step at batch 1 on
+  the demo pair with K = 15 (0.79 of 11.1 ms), 9 % at batch 64, all of it a cost only drafting
+  pays (K = 0 steps defer it, and most of those rows are never written).
 - policy: maximise expected goodput ``G(k) = sum_i E_i(k_i) / T(k)``, with
   ``E_i(k) = 1 + sum_{j <= k} s_i(j)`` expected tokens emitted. For a cap q on k_i the optimum
   submits draft j of request i iff ``s_i(j) >= G* dT_v/dN`` (s_i is decreasing in j, so that is
@@ -506,11 +511,12 @@ class AdaptivePolicy:
 
     # called once per step, at the start of the drafting call
     def on_step(self, now: float, num_tokens: int, num_reqs: int, step_start: float | None,
-                gap: float | None = None) -> None:
+                gap: float | None = None, overhead: float = 0.0) -> None:
         """This step's time without the drafter forward, over num_tokens verified tokens:
         ``now - step_start`` (the runner's execute_model began at step_start) plus ``gap``,
         the time from the end of the previous drafting call to step_start (output processing
-        and scheduling, or the server sitting idle). A gap above 3x its running mean counts as
+        and scheduling, or the server sitting idle), plus ``overhead``, the previous step's host
+        work outside both (its plan; after a K = 0 step, its deferred context copy). A gap above 3x its running mean counts as
         idle and is replaced by the mean: a single idle gap of seconds, taken for a step, made
         the cost model believe for hundreds of steps that every verified token costs milliseconds."""
         if self.fixed is not None:  # a pinned K needs no cost model: keep its steps cheap
@@ -518,7 +524,7 @@ class AdaptivePolicy:
             return
         idle = 0.0  # of the time since the previous plan, what the server sat idle
         if step_start is not None:
-            rest = now - step_start
+            rest = now - step_start + max(overhead, 0.0)
             if gap is not None and gap >= 0:
                 g = self._gap_mean
                 if g is None and gap > rest:  # the first gap may be idle too: wait for a short one

@@ -222,6 +222,10 @@ class DFlashProposer(SpecDecodeBaseProposer):
         self._planned_q: int | None = None
         self._step_start: float | None = None
         self._call_end: float | None = None  # the previous drafting call ended
+        self._plan_start: float | None = None
+        # The previous step's host time from its plan to its drafting call (a K = 0 step: to
+        # the end of its deferred context copy): no other clock sees it (see _plan).
+        self._overhead = 0.0
         execute = runner.execute_model
 
         def execute_model(*args, **kwargs):  # the step's start: the policy's clock
@@ -292,7 +296,7 @@ class DFlashProposer(SpecDecodeBaseProposer):
         the context K/V write; the next step, with no drafts scheduled, then takes vLLM's
         plain-decode path (``_plain_when_undrafted``): no rejection sampler."""
         runner = self._runner
-        self._skipped_step = False
+        self._skipped_step, self._plan_start = False, None
         self._ctx_queue.end(scheduler_output.finished_req_ids, scheduler_output.preempted_req_ids)
         k_max = scheduler_output.num_spec_tokens_to_schedule
         n = scheduler_output.total_num_scheduled_tokens
@@ -308,11 +312,13 @@ class DFlashProposer(SpecDecodeBaseProposer):
                 self._skip_forward(features, runner._get_positions(n), common_attn_metadata.slot_mapping, n, owners)
                 self._skipped_step = True  # nothing to hand the scheduler (see _take_drafts)
                 self._call_end = time.perf_counter()
+                self._overhead = self._call_end - self._plan_start
                 # Lists, as vLLM's CPU-side proposers return them: no device tensor to copy back.
                 return [[] for _ in range(num_reqs)]
             self._planned_q = q
         self._flush_s = 0.0
         t0 = time.perf_counter()
+        self._overhead = t0 - self._plan_start if self._plan_start is not None else 0.0
         try:
             return propose_ids(scheduler_output, sampled_token_ids, sampling_metadata, hidden_states,
                                sample_hidden_states, aux_hidden_states, spec_decode_metadata,
@@ -325,16 +331,24 @@ class DFlashProposer(SpecDecodeBaseProposer):
                 # our forward (next-token ids, rejected counts, metadata: ~1 ms per step on the demo
                 # pair) and its handling of the drafts after it are paid only on drafted steps, and
                 # no other clock of the policy sees them (the step clock stops where this call
-                # starts and restarts where it ends). The context flush stays out (see below).
+                # starts and restarts where it ends). The context this step verified is written
+                # inside it (a drafted step's own cost: 7 % of a step at batch 1 on the demo pair,
+                # K = 15); the rows K = 0 steps deferred stay out (see _flush_queue).
                 self._draft_timing = ("cpu", t0 + self._flush_s, self._call_end, t[3])
 
     def _plan(self, num_reqs: int, num_tokens: int, k_max: int, sampling_metadata) -> int:
+        """The plan of this step (drafts per request), after handing the policy its clocks: the
+        step (from the runner's execute_model to here, plus the time since the previous
+        drafting call ended, plus the previous step's own plan and, for a K = 0 step, its
+        deferred context copy: the host work every plain step pays) and the previous drafting
+        call (``_observe_draft_time``)."""
         runner = self._runner
-        now = time.perf_counter()
+        now = self._plan_start = time.perf_counter()
         step_start, self._step_start = self._step_start, None
         gap = step_start - self._call_end if step_start is not None and self._call_end is not None else None
         self._observe_draft_time()
-        self.policy.on_step(now, num_tokens, num_reqs, step_start, gap)
+        overhead, self._overhead = self._overhead, 0.0
+        self.policy.on_step(now, num_tokens, num_reqs, step_start, gap, overhead=overhead)
         req_ids = runner.input_batch.req_ids[:num_reqs]
         is_decode = ~runner.discard_request_mask.np[:num_reqs].astype(bool)  # partial prefills draft nothing
         queue, draftable = self._ctx_queue, is_decode
@@ -359,10 +373,11 @@ class DFlashProposer(SpecDecodeBaseProposer):
         return q
 
     def _observe_draft_time(self) -> None:
-        """The previous step's drafter forward (on CPU: its whole drafting call), for T_d. (The
-        deferred context writes flushed before it are timed by neither T_d nor T_v. That treats
-        them as no cost of the plan, which holds only roughly now that rows of requests ending
-        before a block forward are dropped: a probe pays to write the live requests' queued rows.)"""
+        """The previous step's drafter forward with the context K/V write of the tokens that step
+        verified (on CPU: its whole drafting call), for T_d. (The context K = 0 steps deferred,
+        written before it, is timed by neither T_d nor T_v: what it costs is the price of
+        drafting again after not drafting, which the policy measures on its probes,
+        ``AdaptivePolicy._measure_probe``.)"""
         t, self._draft_timing = self._draft_timing, None
         if t is None:
             return
@@ -408,13 +423,20 @@ class DFlashProposer(SpecDecodeBaseProposer):
                 req_ids, counts = owners if owners is not None else ([""], np.array([num_tokens]))
                 queue.add(feats, positions[:num_tokens].clone(), slot_mapping[:num_tokens].clone(), req_ids, counts)
                 return
-        features, positions, slot_mapping = features[:num_tokens], positions[:num_tokens], slot_mapping[:num_tokens]
-        queued = queue.take()
+        self._flush_queue()
+        self.model.write_context_kv(features[:num_tokens], positions[:num_tokens], slot_mapping[:num_tokens])
+
+    def _flush_queue(self) -> None:
+        """Write the context K/V that K = 0 steps deferred (before any later row, so that a
+        reused slot ends with its latest owner's K/V), timed apart (``_flush_s``): the price
+        of drafting again after not drafting, which T_d leaves out (see _observe_draft_time).
+        One write more than writing the queue and this step's rows at once (~0.3-0.6 ms of
+        small ops on CPU), paid only on a drafting step after K = 0 steps."""
+        queued = self._ctx_queue.take()
         if queued is not None:
-            features, positions, slot_mapping = (torch.cat([q, x]) for q, x in zip(queued, (features, positions, slot_mapping)))
-        t = time.perf_counter()
-        self.model.write_context_kv(features, positions, slot_mapping)
-        self._flush_s += time.perf_counter() - t
+            t = time.perf_counter()
+            self.model.write_context_kv(*queued)
+            self._flush_s += time.perf_counter() - t
 
     # -- loading --------------------------------------------------------------------------
     def load_model(self, target_model: torch.nn.Module) -> None:
@@ -459,15 +481,7 @@ class DFlashProposer(SpecDecodeBaseProposer):
         if k == 0:  # every request submits 0 drafts (reached here under async scheduling or another caller)
             self._skip_forward(target_hidden_states, target_positions, cad.slot_mapping, num_tokens)
             return torch.empty(num_reqs, 0, dtype=torch.int64, device=self.device)
-        # Every verified token's context K/V is written before any later block reads it.
-        self._write_context(target_hidden_states, target_positions, cad.slot_mapping, num_tokens, defer=False)
-        self.num_drafter_forwards += 1
-        cuda = self.device.type == "cuda"
-        if cuda:
-            t_start = torch.cuda.Event(enable_timing=True)
-            t_start.record()
-        else:
-            t_start = time.perf_counter()
+        t_start = self._begin_draft(target_hidden_states, target_positions, cad.slot_mapping, num_tokens)
 
         ctx_lens = cad.seq_lens[:num_reqs]
         if num_rejected_tokens_gpu is not None:
@@ -500,13 +514,31 @@ class DFlashProposer(SpecDecodeBaseProposer):
         draft_ids, draft_probs = self._sample_draft_tokens(mask_hidden, sampling_metadata)
         if draft_probs is not None:
             self._last_draft_probs = draft_probs.view(num_reqs, k, -1)
-        if cuda:  # read back at the next step, when it has long completed: no sync
+        self._end_draft(t_start, num_reqs * q_len)
+        return draft_ids.view(num_reqs, k)
+
+    def _begin_draft(self, features, positions, slot_mapping, num_tokens: int):
+        """A drafting call's context write and T_d's start: every verified token's context K/V
+        is written before any later block reads it; T_d times this step's own rows, not the
+        ones K = 0 steps deferred (written first, see _flush_queue)."""
+        self._flush_queue()
+        if self.device.type == "cuda":
+            t_start = torch.cuda.Event(enable_timing=True)
+            t_start.record()
+        else:
+            t_start = time.perf_counter()
+        self._write_context(features, positions, slot_mapping, num_tokens, defer=False)
+        self.num_drafter_forwards += 1
+        return t_start
+
+    def _end_draft(self, t_start, block_tokens: int) -> None:
+        """T_d's end (read at the next step's plan, _observe_draft_time)."""
+        if self.device.type == "cuda":  # read back at the next step, when it has long completed: no sync
             t_end = torch.cuda.Event(enable_timing=True)
             t_end.record()
-            self._draft_timing = ("cuda", t_start, t_end, num_reqs * q_len)
+            self._draft_timing = ("cuda", t_start, t_end, block_tokens)
         else:
-            self._draft_timing = ("cpu", t_start, time.perf_counter(), num_reqs * q_len)
-        return draft_ids.view(num_reqs, k)
+            self._draft_timing = ("cpu", t_start, time.perf_counter(), block_tokens)
 
     def _sample_draft_tokens(self, hidden_states: torch.Tensor, sampling_metadata):
         """Drafts and their law q: greedy rows take the argmax (q unused: vLLM compares argmaxes);
