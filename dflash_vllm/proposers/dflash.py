@@ -67,10 +67,20 @@ class ContextQueue:
     prompts (a flush of ~4,000 rows every ~16 steps), for context that mostly nobody reads.
     Requests in ``protected`` (seeded ones, which draft K every step; "" for rows of unknown
     owner) are never shed.
+
+    With prefix caching (``block_size`` set), a block a request filled outlives it: vLLM keeps
+    it cached, and a later request with the same prefix (a shared system prompt, the next turn
+    of a chat, the same request resumed after preemption) reads its drafter context from it
+    without computing it again. So only the rows in an ended request's last, partial block (never
+    cached) are dropped; the rows of its full blocks are written like anyone's, and nothing is
+    shed (a full queue is written instead). Dropping them left those blocks' drafter K/V
+    unwritten, and every later request that hit them drafted from a garbled context.
     """
 
-    def __init__(self):
-        self.entries: list[tuple] = []  # (step, features, positions, slot_mapping, req_ids, rows per request)
+    def __init__(self, block_size: int | None = None):
+        self.block_size = block_size  # the KV block size with prefix caching on, else None
+        self._length: dict[str, int] = {}  # req_id -> its queued rows' last position + 1 (prefix caching)
+        self.entries: list[tuple] = []  # (step, features, positions, slot_mapping, req_ids, rows per request, first position per request or None)
         self.rows = 0
         self.dropped = 0  # rows never written (their request ended first)
         self.shed_rows = 0  # rows never written (shed at the limit: their request became incomplete)
@@ -92,8 +102,18 @@ class ContextQueue:
             if self.incomplete and ids:
                 self.incomplete.difference_update(ids)
 
-    def add(self, features, positions, slot_mapping, req_ids: list[str], counts: np.ndarray) -> None:
-        e = (self._step, features, positions, slot_mapping, req_ids, counts)
+    def add(self, features, positions, slot_mapping, req_ids: list[str], counts: np.ndarray,
+            starts: np.ndarray | None = None) -> None:
+        """Queue one step's rows: ``counts[i]`` rows of request ``req_ids[i]``, in order, at
+        positions ``starts[i]`` onward (host-side; needed with prefix caching only)."""
+        if self.block_size is not None:
+            if starts is None:  # positions unknown: nothing of these rows may be dropped
+                req_ids, counts = [""], np.array([int(np.sum(counts))])
+            else:
+                length = self._length
+                for r, end in zip(req_ids, (starts + counts).tolist()):
+                    length[r] = end
+        e = (self._step, features, positions, slot_mapping, req_ids, counts, starts)
         inc = self.incomplete
         if inc and any(r in inc for r in req_ids):  # nobody will read an incomplete request's rows
             e = _subset(e, np.fromiter((r not in inc for r in req_ids), dtype=bool, count=len(req_ids)))
@@ -104,16 +124,24 @@ class ContextQueue:
         self.rows += e[1].shape[0]
 
     def prune(self) -> None:
-        """Drop the rows of requests that ended after their rows were queued."""
+        """Drop the rows of requests that ended after their rows were queued (with prefix
+        caching: only those past the last full block)."""
         ended = self._ended
         if not ended:
             return
-        self.dropped += self._keep(lambda r, step: ended.get(r, -1) <= step)
+        if self.block_size is None:
+            self.dropped += self._keep(lambda r, step: ended.get(r, -1) <= step)
+        else:
+            bs, length = self.block_size, self._length
+            cached = {r: length.pop(r, 0) // bs * bs for r in ended}  # rows below: in full blocks
+            self.dropped += self._keep(lambda r, step: ended.get(r, -1) <= step, cached)
         ended.clear()
 
     def shed(self, max_rows: int) -> None:
         """Shed whole requests' rows, oldest first, until at most ``max_rows`` stay queued; those
-        requests become incomplete."""
+        requests become incomplete. Not with prefix caching (see the class)."""
+        if self.block_size is not None:
+            return
         per_req: dict[str, int] = {}  # in order of first queued row
         for e in self.entries:
             for r, n in zip(e[4], e[5].tolist()):
@@ -130,12 +158,23 @@ class ContextQueue:
             self.shed_requests += len(victims)
             self.shed_rows += self._keep(lambda r, step: r not in victims)
 
-    def _keep(self, live_fn) -> int:
-        """Keep the rows whose (request, step queued) pass ``live_fn``; the number dropped."""
+    def _keep(self, live_fn, cached: dict[str, int] | None = None) -> int:
+        """Keep the rows whose (request, step queued) pass ``live_fn``, and of the others those
+        at positions below ``cached[request]``; the number dropped."""
         kept, rows, dropped = [], 0, 0
         for e in self.entries:
             step, features, req_ids = e[0], e[1], e[4]
-            e = _subset(e, np.fromiter((live_fn(r, step) for r in req_ids), dtype=bool, count=len(req_ids)))
+            live = np.fromiter((live_fn(r, step) for r in req_ids), dtype=bool, count=len(req_ids))
+            if cached is not None and not live.all():
+                counts, starts = e[5], e[6]
+                limit = np.array([cached.get(r, 0) for r in req_ids])
+                # rows of a request that ended: kept while their position is below its limit
+                first = np.cumsum(counts) - counts
+                pos = np.repeat(starts - first, counts) + np.arange(int(counts.sum()))
+                live = np.repeat(live, counts) | (pos < np.repeat(limit, counts))
+                e = _subset(e, live, per_row=True)
+            else:
+                e = _subset(e, live)
             n = e[1].shape[0] if e is not None else 0
             dropped += features.shape[0] - n
             if e is not None:
@@ -149,6 +188,7 @@ class ContextQueue:
         self.prune()
         entries = self.entries
         self.entries, self.rows = [], 0
+        self._length.clear()
         if not entries:
             return None
         if len(entries) == 1:
@@ -156,15 +196,23 @@ class ContextQueue:
         return tuple(torch.cat([e[i] for e in entries]) for i in (1, 2, 3))
 
 
-def _subset(entry: tuple, live: np.ndarray) -> tuple | None:
-    """A queued step (see ContextQueue.entries) cut to the requests in ``live``; None if none."""
+def _subset(entry: tuple, live: np.ndarray, per_row: bool = False) -> tuple | None:
+    """A queued step (see ContextQueue.entries) cut to the requests in ``live`` (``per_row``: to
+    the rows in it, a request keeping its first rows); None if none."""
     if live.all():
         return entry
     if not live.any():
         return None
-    step, features, positions, slots, req_ids, counts = entry
-    idx = torch.from_numpy(np.flatnonzero(np.repeat(live, counts))).to(features.device)
-    return (step, features[idx], positions[idx], slots[idx], [r for r, x in zip(req_ids, live) if x], counts[live])
+    step, features, positions, slots, req_ids, counts, starts = entry
+    rows = live if per_row else np.repeat(live, counts)
+    idx = torch.from_numpy(np.flatnonzero(rows)).to(features.device)
+    if per_row:  # rows kept per request (a prefix of its rows: the ones in full blocks)
+        kept = np.bincount(np.repeat(np.arange(len(counts)), counts)[rows], minlength=len(counts))
+        keep = kept > 0
+        return (step, features[idx], positions[idx], slots[idx], [r for r, x in zip(req_ids, keep) if x], kept[keep],
+                None if starts is None else starts[keep])
+    return (step, features[idx], positions[idx], slots[idx], [r for r, x in zip(req_ids, live) if x], counts[live],
+            None if starts is None else starts[live])
 
 
 class DFlashProposer(SpecDecodeBaseProposer):
@@ -193,7 +241,8 @@ class DFlashProposer(SpecDecodeBaseProposer):
         self.num_drafter_forwards = self.num_skipped_forwards = 0
         self.submitted_hist = np.zeros(k_max + 1, dtype=np.int64)
         self._pending_k: np.ndarray | None = None
-        self._ctx_queue = ContextQueue()
+        cache = vllm_config.cache_config
+        self._ctx_queue = ContextQueue(cache.block_size if cache.enable_prefix_caching else None)
         self._skipped_step = False  # this step's plan: no drafts for anyone
         self._draft_timing: tuple | None = None
         self._flush_s = 0.0  # context K/V written within the current drafting call
@@ -308,7 +357,8 @@ class DFlashProposer(SpecDecodeBaseProposer):
             if (q == 0 and aux_hidden_states is not None and runner.valid_sampled_token_count_event is None):
                 features = torch.cat([h[:n] for h in aux_hidden_states], dim=-1)
                 qsl = common_attn_metadata.query_start_loc_cpu[: num_reqs + 1].numpy()
-                owners = (runner.input_batch.req_ids[:num_reqs], qsl[1:] - qsl[:-1])
+                owners = (runner.input_batch.req_ids[:num_reqs], qsl[1:] - qsl[:-1],
+                          runner.input_batch.num_computed_tokens_cpu[:num_reqs].copy())  # first positions
                 self._skip_forward(features, runner._get_positions(n), common_attn_metadata.slot_mapping, n, owners)
                 self._skipped_step = True  # nothing to hand the scheduler (see _take_drafts)
                 self._call_end = time.perf_counter()
@@ -393,8 +443,9 @@ class DFlashProposer(SpecDecodeBaseProposer):
     def _skip_forward(self, features, positions, slot_mapping, num_tokens: int, owners=None) -> None:
         """The one K = 0 step (every request submits 0 drafts): no drafter forward; the context
         K/V of the tokens just verified is queued, to be written before the next block forward
-        (``owners``: the batch's request ids and rows per request, so that the rows of requests
-        that end first are dropped; None: never dropped)."""
+        (``owners``: the batch's request ids, rows per request and, with prefix caching, each
+        request's first position, so that the rows of requests that end first are dropped;
+        None: never dropped)."""
         self._write_context(features, positions, slot_mapping, num_tokens, defer=True, owners=owners)
         self.num_skipped_forwards += 1
 
@@ -420,8 +471,9 @@ class DFlashProposer(SpecDecodeBaseProposer):
                 fits = queue.rows + num_tokens <= limit // 2
             if fits:
                 feats = features if features.shape[0] == num_tokens and not features._is_view() else features[:num_tokens].clone()
-                req_ids, counts = owners if owners is not None else ([""], np.array([num_tokens]))
-                queue.add(feats, positions[:num_tokens].clone(), slot_mapping[:num_tokens].clone(), req_ids, counts)
+                req_ids, counts, *starts = owners if owners is not None else ([""], np.array([num_tokens]))
+                queue.add(feats, positions[:num_tokens].clone(), slot_mapping[:num_tokens].clone(), req_ids, counts,
+                          starts[0] if starts else None)
                 return
         self._flush_queue()
         self.model.write_context_kv(features[:num_tokens], positions[:num_tokens], slot_mapping[:num_tokens])

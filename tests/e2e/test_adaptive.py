@@ -124,3 +124,71 @@ def test_adaptive_policy_is_lossless_and_varies_lengths(demo_workload, demo_base
     print(f"adaptive: submitted lengths {hist}, forwards {stats['drafter_forwards']}, skipped {stats['skipped_forwards']}")
     assert len(hist) == 16 and sum(hist) > 0
     assert sum(1 for x in hist if x) >= 2, f"one length only: {hist}"
+
+
+_PREFIX_CACHED_CONTEXT = r'''
+import json, os, sys
+os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine in this process: its proposer at hand
+import torch
+from dflash_vllm import envs
+from dflash_vllm.proposers.dflash import DFlashProposer
+from vllm import LLM, SamplingParams
+from vllm.inputs import TokensPrompt
+
+demo = sys.argv[1]
+envs.set(envs.FIXED_K, 0)
+deferred = []
+write = DFlashProposer._write_context
+def spy(self, features, positions, slot_mapping, num_tokens, defer, owners=None):
+    if defer and not deferred:  # P's prompt, on a K = 0 step
+        feats = torch.cat(features, dim=-1) if isinstance(features, list) else features
+        deferred.append((feats[:num_tokens].clone(), positions[:num_tokens].clone(), slot_mapping[:num_tokens].clone()))
+    return write(self, features, positions, slot_mapping, num_tokens, defer, owners)
+DFlashProposer._write_context = spy
+if __name__ == "__main__":
+    llm = LLM(model=os.path.join(demo, "target"), dtype="float32", enforce_eager=True, skip_tokenizer_init=True,
+              speculative_config={"method": "dflash", "model": os.path.join(demo, "drafter"), "num_speculative_tokens": 15},
+              kv_cache_memory_bytes=2**27, max_num_seqs=4, max_model_len=1024, enable_prefix_caching=True)
+    runner = llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.worker.model_runner
+    proposer = runner.drafter
+    sp = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
+    prompt = [5 + (i * 37) % 700 for i in range(300)]  # two full blocks of 128, then a partial one
+    llm.generate([TokensPrompt(prompt_token_ids=prompt)], sp, use_tqdm=False)  # K = 0: its context deferred
+    proposer.policy.fixed = [15]
+    llm.generate([TokensPrompt(prompt_token_ids=[7, 8, 9])], sp, use_tqdm=False)  # a drafter forward
+    again = llm.generate([TokensPrompt(prompt_token_ids=prompt)], sp, use_tqdm=False)[0]
+    feats, pos, slots = deferred[0]
+    bs = runner.cache_config.block_size
+    layers = [runner.vllm_config.compilation_config.static_forward_context[n] for n in sorted(proposer._draft_attn_layer_names)]
+    caches = [l.kv_cache[0] if isinstance(l.kv_cache, list) else l.kv_cache for l in layers]
+    full = 2 * bs
+    blocks = sorted(set((slots[:full] // bs).tolist()))
+    cached = [c[blocks].clone() for c in caches]
+    # What writing P's context at once leaves, in two blocks nobody uses (the cache's last two).
+    n = caches[0].shape[0]
+    scratch = torch.tensor([(n - 2 + b) * bs + s for b, s in ((x // bs - blocks[0], x % bs) for x in slots[:full].tolist())])
+    with torch.inference_mode():
+        proposer.model.write_context_kv(feats[:full], pos[:full], scratch)
+    ref = [c[[n - 2, n - 1]] for c in caches]
+    print(json.dumps({"num_cached_tokens": again.num_cached_tokens, "block_size": bs,
+                      "max_diff": max(float((a - b).abs().max()) for a, b in zip(cached, ref)),
+                      "max_ref": max(float(b.abs().max()) for b in ref)}))
+'''
+
+
+def test_prefix_cached_blocks_hold_the_drafter_context_after_k0_steps(tmp_path):
+    """A prompt of two full blocks runs with K = 0 (its drafter context deferred) and finishes
+    before any drafter forward; vLLM keeps its full blocks in the prefix cache, and the same
+    prompt comes again (a shared system prompt, the next turn of a chat). Those blocks' drafter
+    K/V must be what writing the context at once leaves: before session 17 the queue dropped the
+    rows of requests that ended, and the blocks held zeros (max difference 5.7 on the demo pair)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "prefix_cached_context.py"
+    script.write_text(_PREFIX_CACHED_CONTEXT)
+    out = subprocess.run([sys.executable, str(script), DEMO], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res["num_cached_tokens"] >= res["block_size"], res  # the prompt did hit the prefix cache
+    assert res["max_ref"] > 0.1 and res["max_diff"] < 1e-4, res
