@@ -166,8 +166,10 @@ class AcceptanceModel:
 
     def __init__(self, k_max: int, prior_rate: float = 0.8, prior_weight: float = 2.0, decay: float = 0.99,
                  row_decay: float = 0.995, request_decay: float = 0.85, request_prior: float = 2.0,
-                 max_rate: float = 0.98, chain: float = 1.0, unreached_decay: float = 0.9):
+                 max_rate: float = 0.98, chain: float = 1.0, unreached_decay: float = 0.9,
+                 rows_per_request: float = 16.0):
         self.k_max = k_max
+        self.rows_per_request = rows_per_request
         self.prior_rate, self.decay, self.row_decay, self.max_rate = prior_rate, decay, row_decay, max_rate
         self.request_decay, self.request_prior = request_decay, request_prior
         self.chain, self.unreached_decay = chain, unreached_decay
@@ -224,12 +226,22 @@ class AcceptanceModel:
                 st[0] = st[0] * rd + ai
                 st[1] = st[1] * rd + ei
 
-    def tick(self) -> None:
+    def tick(self, num_decode: int = 0) -> None:
         """One engine step, drafted or not: evidence ages with time too, so that positions no
         longer verified (a run of steps without drafts, or short drafts) drift back to the
-        optimistic prior and get tried again, instead of holding an old workload's rates."""
+        optimistic prior and get tried again, instead of holding an old workload's rates.
+        And it holds at most ``rows_per_request`` rows per decoding request of the current
+        batch (all positions scaled alike): evidence gathered at batch 64 (~230 rows) aged at
+        batch 1 by the step decay alone, ~470 steps to fall to a couple of rows, and the bench's
+        tasks c = 1 cell after the free c = 64 one did not draft again within the cell."""
         self.reached *= self.decay
         self.accepted *= self.decay
+        if num_decode and self.rows_per_request:
+            top, cap = float(self.reached[0]), self.rows_per_request * num_decode
+            if top > cap:
+                f = cap / top
+                self.reached *= f
+                self.accepted *= f
 
     def forget(self, req_ids) -> None:
         for rid in req_ids:
@@ -611,8 +623,8 @@ class AdaptivePolicy:
             k[is_decode] = kf
             q = kf if is_decode.any() else 0
         else:
-            self.acceptance.tick()
             rows = np.flatnonzero(is_decode)
+            self.acceptance.tick(len(rows))
             q = 0
             if len(rows):
                 k_dec, q = self._choose([req_ids[i] for i in rows], num_reqs)

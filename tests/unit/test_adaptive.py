@@ -262,13 +262,37 @@ def test_follows_a_change_of_workload(r):
     again, instead of holding the old curve for the positions its short drafts stopped reaching."""
     tv, td = DEMO_COST[r]
     steps = 260 if r == 1 else 60  # a cell of 64 short requests (~4 verify steps each)
-    p = AdaptivePolicy(15)
-    _simulate_hist(p, DEMO_HIST["chat"], r, tv, td, steps=1500, life=4)
-    ours = _simulate_hist(p, DEMO_HIST["tasks"], r, tv, td, steps=steps, seed=1, warm=0, life=4)
-    best = _simulate_hist(AdaptivePolicy(15, fixed=[15]), DEMO_HIST["tasks"], r, tv, td, steps=steps, seed=1,
-                          warm=0, life=4)
-    print(f"tasks after chat, c={r}: adaptive {ours:.0f} tok/s, fixed K=15 {best:.0f}")
-    assert ours >= 0.9 * best
+    ratios = []
+    for seed in (0, 1, 2):  # one seed alone read 0.898-0.913 at batch 1 across versions of the policy
+        p = AdaptivePolicy(15)
+        _simulate_hist(p, DEMO_HIST["chat"], r, tv, td, steps=1500, life=4, seed=seed)
+        ours = _simulate_hist(p, DEMO_HIST["tasks"], r, tv, td, steps=steps, seed=seed + 1, warm=0, life=4)
+        best = _simulate_hist(AdaptivePolicy(15, fixed=[15]), DEMO_HIST["tasks"], r, tv, td, steps=steps,
+                              seed=seed + 1, warm=0, life=4)
+        ratios.append(ours / best)
+    print(f"tasks after chat, c={r}: adaptive / fixed K=15 {np.mean(ratios):.3f} ({', '.join(f'{x:.3f}' for x in ratios)})")
+    assert np.mean(ratios) >= 0.9
+
+
+def test_drafts_again_at_batch_1_soon_after_a_long_run_at_batch_64_without_drafts():
+    """The bench's tasks c = 1 cell after the free c = 64 one: the acceptance evidence gathered at
+    batch 64 (~230 rows) aged at batch 1 by the step decay alone (~470 steps to fall to a couple of
+    rows), probes added a row each, and the policy did not draft again within the cell (mean K per
+    repeat 14.1 fresh, then 0.0 and 0.0 in session 17's full check). With the evidence held to
+    ``rows_per_request`` rows per decoding request, it follows the new batch within a few probes.
+    Without it (``rows_per_request = 0``) this test fails: 0.78 / 0.64 of K = 15."""
+    def after(batch64_steps, seed):
+        p = AdaptivePolicy(15)
+        _simulate_hist(p, DEMO_HIST["tasks"], 1, *DEMO_COST[1], steps=200, seed=seed, life=40)
+        _simulate_hist(p, DEMO_HIST["chat"], 64, *DEMO_COST[64], steps=batch64_steps, seed=seed, life=4)
+        ours = _simulate_hist(p, DEMO_HIST["tasks"], 1, *DEMO_COST[1], steps=300, seed=seed, warm=0, life=40)
+        best = _simulate_hist(AdaptivePolicy(15, fixed=[15]), DEMO_HIST["tasks"], 1, *DEMO_COST[1], steps=300,
+                              seed=seed, warm=0, life=40)
+        return ours / best
+
+    short, long = (np.mean([after(n, s) for s in range(4)]) for n in (100, 300))
+    print(f"tasks at batch 1 after chat at batch 64 (100 / 300 steps): adaptive / K=15 {short:.3f} / {long:.3f}")
+    assert short >= 0.9 and long >= 0.88
 
 
 @pytest.mark.parametrize("r", [1, 64])
