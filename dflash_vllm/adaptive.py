@@ -7,7 +7,9 @@ The model (everything is learned online, on the host, from what vLLM already bri
   is the server-wide conditional acceptance rate at draft position l (counts of "position l
   reached" / "position l accepted", decayed per engine step and per verified row, faster where
   no row reached that far, with one pseudo-count at the previous position's rate, the first's at
-  an optimistic prior so that unexplored positions get tried);
+  an optimistic prior so that unexplored positions get tried; held to 16 rows per decoding
+  request of the current batch, so that a long run at a large batch does not outweigh the few
+  rows a small batch brings, ``AcceptanceModel.tick``);
   ``rho_i = (acc_i + m) / (exp_i + m)`` is the request's recent accepted drafts over the number
   the server-wide curve expected for the same verify steps, shrunk toward 1 by m pseudo-counts (recent = decayed by ``request_decay``
   per verify step). rho scales the first position only: the deeper rates g(l) are already
@@ -69,8 +71,8 @@ Opt-in, for now: ``"dflash_adaptive": true`` in the speculative config (or
 ``DFLASH_VLLM_FIXED_K=adaptive``) turns the policy on. Without it every request submits
 num_speculative_tokens drafts every step, as before: on this machine's full check
 (bench/results/bench-adaptive.json, bench/README.md; session 17) the policy met both goals in
-6 of 28 cells (session 14: 11): 1.37x no speculation pooled where the drafter knows the prompts
-(0.86 of the best fixed K; the cells after a change of workload lose most), but 0.92x where it
+9 of 28 cells (session 14: 11): 1.56x no speculation pooled where the drafter knows the prompts
+(0.905 of the best fixed K; the cells after a change of workload lose most), but 0.92x where it
 does not (K = 0 pinned: 0.99x), so it is not yet the default.
 ``"dflash_fixed_k": N`` (or ``DFLASH_VLLM_FIXED_K=N``) pins N drafts per request per step
 (N = 0: the drafter forward is skipped every step, only context K/V is written). vLLM's SpeculativeConfig rejects unknown keys, so the
