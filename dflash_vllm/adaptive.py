@@ -20,7 +20,8 @@ The model (everything is learned online, on the host, from what vLLM already bri
 - cost: one engine step costs
   ``T(k) = T_v(N0 + sum_i k_i) + delta [sum_i k_i > 0] + [q > 0] T_d(R (q + 1))``:
   ``T_v`` everything but the drafting call (target verify, scheduling, sampling, the plan; on
-  a K = 0 step the deferred context copy) as a function of the verified tokens N (piecewise linear, knots at 64, 256, 1024: flat
+  a K = 0 step the deferred context copy) as a function of the verified tokens N (piecewise
+  linear, knots at 64, 256, 1024: flat
   while the device has idle compute, steeper once it has none); ``delta`` the fixed cost of a
   step that verifies any draft (vLLM's speculative bookkeeping, a third of a small model's plain
   step on CPU); ``T_d`` the drafter forward over ``R (q + 1)`` block tokens, R the batch size
@@ -35,8 +36,9 @@ The model (everything is learned online, on the host, from what vLLM already bri
   runner's execute_model to the drafting call, plus the gap since the previous drafting call
   unless the server sat idle, plus the previous step's plan; and the drafting call). Until
   session 17 the context write of drafted steps was in no clock: 7 % of a step at batch 1 on
-  the demo pair with K = 15 (0.79 of 11.1 ms), 9 % at batch 64, all of it a cost only drafting
-  pays (K = 0 steps defer it, and most of those rows are never written).
+  the demo pair with K = 15 (0.79 of 11.1 ms), 9 % at batch 64, a cost drafting pays every step
+  while K = 0 steps defer it (and, with prefix caching off, never write the rows of requests
+  that end first).
 - policy: maximise expected goodput ``G(k) = sum_i E_i(k_i) / T(k)``, with
   ``E_i(k) = 1 + sum_{j <= k} s_i(j)`` expected tokens emitted. For a cap q on k_i the optimum
   submits draft j of request i iff ``s_i(j) >= G* dT_v/dN`` (s_i is decreasing in j, so that is
@@ -531,9 +533,10 @@ class AdaptivePolicy:
         ``now - step_start`` (the runner's execute_model began at step_start) plus ``gap``,
         the time from the end of the previous drafting call to step_start (output processing
         and scheduling, or the server sitting idle), plus ``overhead``, the previous step's host
-        work outside both (its plan; after a K = 0 step, its deferred context copy). A gap above 3x its running mean counts as
-        idle and is replaced by the mean: a single idle gap of seconds, taken for a step, made
-        the cost model believe for hundreds of steps that every verified token costs milliseconds."""
+        work outside both (its plan; after a K = 0 step, its deferred context copy). A gap above
+        3x its running mean counts as idle and is replaced by the mean: a single idle gap of
+        seconds, taken for a step, made the cost model believe for hundreds of steps that every
+        verified token costs milliseconds."""
         if self.fixed is not None:  # a pinned K needs no cost model: keep its steps cheap
             self.step += 1
             return

@@ -110,9 +110,7 @@ class ContextQueue:
             if starts is None:  # positions unknown: nothing of these rows may be dropped
                 req_ids, counts = [""], np.array([int(np.sum(counts))])
             else:
-                length = self._length
-                for r, end in zip(req_ids, (starts + counts).tolist()):
-                    length[r] = end
+                self._length.update(zip(req_ids, (starts + counts).tolist()))
         e = (self._step, features, positions, slot_mapping, req_ids, counts, starts)
         inc = self.incomplete
         if inc and any(r in inc for r in req_ids):  # nobody will read an incomplete request's rows
@@ -204,15 +202,15 @@ def _subset(entry: tuple, live: np.ndarray, per_row: bool = False) -> tuple | No
     if not live.any():
         return None
     step, features, positions, slots, req_ids, counts, starts = entry
-    rows = live if per_row else np.repeat(live, counts)
-    idx = torch.from_numpy(np.flatnonzero(rows)).to(features.device)
     if per_row:  # rows kept per request (a prefix of its rows: the ones in full blocks)
+        rows = live
         kept = np.bincount(np.repeat(np.arange(len(counts)), counts)[rows], minlength=len(counts))
         keep = kept > 0
-        return (step, features[idx], positions[idx], slots[idx], [r for r, x in zip(req_ids, keep) if x], kept[keep],
-                None if starts is None else starts[keep])
-    return (step, features[idx], positions[idx], slots[idx], [r for r, x in zip(req_ids, live) if x], counts[live],
-            None if starts is None else starts[live])
+    else:
+        rows, kept, keep = np.repeat(live, counts), counts, live
+    idx = torch.from_numpy(np.flatnonzero(rows)).to(features.device)
+    return (step, features[idx], positions[idx], slots[idx], [r for r, x in zip(req_ids, keep) if x], kept[keep],
+            None if starts is None else starts[keep])
 
 
 class DFlashProposer(SpecDecodeBaseProposer):
