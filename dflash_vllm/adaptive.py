@@ -491,12 +491,24 @@ class _ProbeMeasurement:
     accepted: int = 0  # drafts it got accepted
 
 
+class _Optimum(NamedTuple):
+    """What ``AdaptivePolicy._optimum`` found (indexable like the tuple it was)."""
+
+    k: np.ndarray | None  # best k per decoding request: min(#{j: s_i(j) >= thr}, cap)
+    g: float  # its goodput
+    g0: float  # goodput without drafts
+    q_probe: int  # a probe's depth
+    probe_loss: float  # what a probe loses against a plain step, in plain steps
+    thr: float  # the survival threshold of the best k
+    cap: int  # its cap
+
+
 class _CachedOptimum(NamedTuple):
     """The last optimum the policy computed, and what it was computed for (see ``_choose``)."""
 
     batch: tuple  # (num_reqs, decoding request ids)
     step: int
-    opt: tuple | None  # _optimum(...)
+    opt: _Optimum | None
     drafts: bool  # it drafts (above the margin)
     verified: int  # verify steps observed when it was computed
     settled: bool  # the same prices (threshold, cap) as the optimum before it
@@ -693,12 +705,12 @@ class AdaptivePolicy:
                      or self.step - c.step >= self.IDLE_REPLAN or self._probe_due(c.opt, num_reqs=num_reqs))
         if stale:
             opt = self._optimum(dec_ids, num_reqs)
-            drafts = opt is None or (opt[0] is not None and opt[1] > opt[2] * (1.0 + self.margin) and opt[0].any())
+            drafts = opt is None or (opt.k is not None and opt.g > opt.g0 * (1.0 + self.margin) and opt.k.any())
             # Settled: the same prices twice running (the cap, and the threshold within a
             # quarter: it moves with the batch size, which may differ by as much), whichever
             # requests are in the batch (short requests change it every step or two).
             settled = (c is not None and drafts and c.drafts and self.cost.verify.n >= self.SETTLE_STEPS
-                       and opt[6] == c.opt[6] and abs(opt[5] - c.opt[5]) <= 0.25 * c.opt[5])
+                       and opt.cap == c.opt.cap and abs(opt.thr - c.opt.thr) <= 0.25 * c.opt.thr)
             c = self._optimum_cache = _CachedOptimum(batch, self.step, opt, drafts, verified, settled)
         opt, drafts = c.opt, c.drafts
         r = len(dec_ids)
@@ -706,12 +718,8 @@ class AdaptivePolicy:
             return np.full(r, self.k_max), self.k_max
         best_k, best_g, g0, q_probe, probe_loss, thr, cap = opt
         if members_only:
-            # Requests left and others took their place, or the batch moved by a request or two
-            # (with short requests, nearly every step): the optimum's rule with its prices, for
-            # the batch now: draft j of request i iff s_i(j) >= thr, at most cap; the whole
-            # optimum again every `replan_every` steps, or once the batch size moved by over a
-            # quarter. Recomputing it on every such step cost ~0.8 ms of host work per drafted
-            # step in the engine (code prompts, batch 1: 7 % of the step; a fixed K pays ~0.04).
+            # Requests left and others took their place, or the batch moved by a request or two:
+            # the optimum's rule with its prices, for the batch now (see the docstring).
             best_k = np.minimum((self.acceptance.survival(dec_ids) >= thr).sum(axis=1), cap)
         budget = self.explore_budget
         if drafts:
@@ -763,7 +771,7 @@ class AdaptivePolicy:
         at least, spaced so that what probes lose (in plain steps: ``opt``'s estimate, or what
         probes at about this batch size were measured to lose, per log2 bucket or else its
         neighbours, the larger) stays within ``probe_budget``."""
-        loss = opt[4] if opt is not None else 0.0
+        loss = opt.probe_loss if opt is not None else 0.0
         b, measured = CostModel._bucket(num_reqs), self.probe_loss
         m = measured.get(b)
         if m is None:  # a batch at the edge of a bucket (7 after 8): its neighbours' measurements
@@ -773,9 +781,7 @@ class AdaptivePolicy:
         return self.steps_since_draft + 1 + ahead >= max(self.probe_every, int(loss / self.probe_budget))
 
     def _optimum(self, dec_ids: list[str], num_reqs: int):
-        """(best k per request or None, its goodput, goodput without drafts, a probe's depth,
-        what a probe loses against a plain step, the survival threshold and the cap of the best
-        k: ``best_k[i] = min(#{j: s_i(j) >= thr}, cap)``), or None before anything was measured."""
+        """The optimum for this batch (``_Optimum``), or None before anything was measured."""
         r = len(dec_ids)
         cm = self.cost
         if not cm.ready:
@@ -811,4 +817,4 @@ class AdaptivePolicy:
         i_probe = int(np.searchsorted(caps, q_probe))
         # What a probe loses against a plain step, in plain steps (its accepted drafts count).
         loss = float(t_caps[i_probe]) / max(t0, 1e-9) - (r + float(cs[:, q_probe].sum())) / r
-        return best_k, best_g, g0, q_probe, loss, best_thr, int(caps[best_c])
+        return _Optimum(best_k, best_g, g0, q_probe, loss, best_thr, int(caps[best_c]))

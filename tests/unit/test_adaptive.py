@@ -412,6 +412,7 @@ def test_a_batch_moving_by_a_request_keeps_the_prices_and_a_jump_replans():
     assert before <= 40 // p.replan_every + 4, before
     assert len(calls) == before + 1  # the jump to 16: planned afresh
 
+
 def test_plain_step_anchors_come_in_pairs_while_drafting():
     """While drafting pays, the plan pauses now and then for two steps: the first step after
     drafted ones costs more, so only the second measures a plain step. The spacing follows the
