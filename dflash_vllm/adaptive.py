@@ -24,12 +24,14 @@ The model (everything is learned online, on the host, from what vLLM already bri
   linear, knots at 64, 256, 1024: flat
   while the device has idle compute, steeper once it has none); ``delta`` the fixed cost of a
   step that verifies any draft (vLLM's speculative bookkeeping, a third of a small model's plain
-  step on CPU); ``T_d`` the drafter forward over ``R (q + 1)`` block tokens, R the batch size
+  step on CPU; a drafted step is never priced below the plain step it contains plus delta,
+  whatever the two lines say apart); ``T_d`` the drafter forward over ``R (q + 1)`` block tokens, R the batch size
   and ``q = max_i k_i``, with the context K/V write of the tokens the step verified (on CPU:
   the whole drafting call, vLLM's drafter input preparation included, which only drafted
   steps pay; the context K = 0 steps deferred is the price of drafting again, measured on
   probes instead); ``N0`` the tokens verified without any draft (one
-  per request plus the prefill running alongside); a plain step (no drafts) is priced from its
+  per request plus the prefill running alongside: a running mean of recent steps' prompt
+  tokens that a burst moves only so far); a plain step (no drafts) is priced from its
   own line, fitted to runs of plain decode steps only, plus the line's error at the recent plain
   steps of about the same batch (within 2x; see CostModel._local). All are ridge
   regressions with exponential forgetting, fitted to the engine's own step times (from the
@@ -461,6 +463,10 @@ class CostModel:
                 t = t + c * ((max(n - kn, 0.0) if isinstance(n, float) else np.maximum(n - kn, 0.0)) / s)
         return t
 
+    def delta(self) -> float:
+        """The fixed cost of a step that verifies any draft (never negative)."""
+        return max(0.0, float(self.verify.theta()[-1]))
+
     def slope_verify(self, n: float) -> float:
         """dT_v/dN at n (never negative: a step does not get cheaper with more tokens)."""
         th = self.verify.theta()
@@ -598,7 +604,14 @@ class AdaptivePolicy:
         if self._prev_now is not None:
             self._measure_probe(now - self._prev_now - idle, num_reqs)
         self._prev_now = now
-        extra = max(0, num_tokens - num_reqs - self._last_submitted)
+        # Prompt tokens that ran alongside: what the next step's plan expects again (N0), a
+        # running mean that one step moves by at most twice what it expected plus the batch. A
+        # burst of prompts (a cell's 32-64 arrivals at once, 3,000-6,000 tokens) otherwise priced
+        # the plain steps after it, which run no prompt, at 100-380 ms against ~25 (the plain
+        # line's slope is per decoding request, fitted without prompts), drafting looked cheap
+        # next to that, and the policy drafted at g(1) 0.07-0.26 for 4-5 steps. A steady stream
+        # of prompts reaches its level within ~10 steps.
+        extra = min(max(0, num_tokens - num_reqs - self._last_submitted), 2.0 * self.prefill_tokens + num_reqs)
         self.prefill_tokens = 0.8 * self.prefill_tokens + 0.2 * extra
         self.step += 1
 
@@ -793,6 +806,13 @@ class AdaptivePolicy:
         t0 = float(cm.t_verify(n0))
         g0 = r / max(t0, 1e-9)
         t_draft = cm.t_draft(num_reqs * (caps + 1))  # [C]
+        # A step that verifies drafts does all a plain step does, and vLLM's speculative
+        # bookkeeping: never priced below t0 + delta. The plain price at N0 holds the error of
+        # the line at the plain steps measured near N0 (CostModel._local), the drafted one at
+        # N0 + sum k does not (another batch bucket, or a line fitted to other steps): in the
+        # engine plain steps priced 9.8-25 ms undercut drafted ones priced 8.4-15 ms (batch 1-28,
+        # prompts the drafter does not know, g(1) 0.1-0.35), and the policy drafted there.
+        floor = t0 + cm.delta()
         rows = np.arange(r)[None, :]
         lam, n_est = g0, n0 + self._last_submitted
         best_g, best_k, best_c, best_thr = 0.0, None, 0, 0.0
@@ -802,7 +822,9 @@ class AdaptivePolicy:
             kc = np.minimum(k_free[None, :], caps[:, None])  # [C, r]
             gain = r + cs[rows, kc].sum(axis=1)
             n_tot = n0 + kc.sum(axis=1)
-            g = gain / np.maximum(cm.t_verify(n_tot, n_tot > n0) + t_draft, 1e-9)
+            drafted = n_tot > n0
+            t_v = np.where(drafted, np.maximum(cm.t_verify(n_tot, drafted), floor), t0)
+            g = gain / np.maximum(t_v + t_draft, 1e-9)
             c = int(np.argmax(g))
             if g[c] > best_g:
                 best_g, best_k, best_c, best_thr = float(g[c]), kc[c], c, float(thr)
@@ -812,7 +834,7 @@ class AdaptivePolicy:
         # A probe (while drafting does not pay) drafts as deep as costs at most a quarter of a
         # plain step more than one draft each: on a device with idle compute that is the whole
         # block, and one probe then measures every position's acceptance, not only the first.
-        t_caps = cm.t_verify(n0 + r * caps, True) + t_draft
+        t_caps = np.maximum(cm.t_verify(n0 + r * caps, True), floor) + t_draft
         q_probe = int(caps[np.flatnonzero(t_caps <= t_caps[0] + 0.25 * t0)[-1]])
         i_probe = int(np.searchsorted(caps, q_probe))
         # What a probe loses against a plain step, in plain steps (its accepted drafts count).

@@ -888,3 +888,56 @@ def test_plain_step_price_follows_the_first_plain_steps_at_a_new_batch():
     assert float(cm.t_verify(64)) == pytest.approx(true(64), rel=0.1)  # the far batch keeps its price
     arr = cm.t_verify(np.array([1.0, 64.0]))
     assert arr[0] == pytest.approx(near) and arr[1] == pytest.approx(float(cm.t_verify(64)))
+
+
+def test_a_drafted_step_is_never_priced_below_the_plain_step_it_extends():
+    """The plain step's price at N0 carries the error of the line at the plain steps measured
+    near N0 (CostModel._local); a drafted plan's price at N0 + sum k came from the lines alone
+    (another batch bucket). When the latest plain steps ran slow, drafted plans undercut the
+    plain step they contain, and the policy drafted on prompts its drafter does not know (in the
+    engine: batch 1-28, g(1) 0.1-0.35, plain 9.8-25 ms against drafted 8.4-15 ms)."""
+    p = AdaptivePolicy(15)
+    cm = p.cost
+    ids = [f"r{i}" for i in range(16)]
+    rng = np.random.default_rng(0)
+    for s in range(300):  # batch 16: plain steps 12 ms; one draft each now and then, a fifth accepted
+        if s % 4 == 0:
+            cm.observe_step(0.014, 32, drafted=True)
+            cm.observe_draft(0.008, 32)
+            p.acceptance.observe(ids, np.ones(16, dtype=int), (rng.random(16) < 0.2).astype(int))
+        else:
+            cm.observe_step(0.012, 16)
+    for _ in range(2):
+        cm.observe_step(0.025, 16)  # the latest plain steps ran slower
+    t0 = float(cm.t_verify(16))
+    assert float(cm.t_verify(32, True)) < t0  # the lines alone: a drafted step cheaper than a plain one
+    opt = p._optimum(ids, 16)
+    assert opt.g <= opt.g0, f"drafts {opt.k.tolist()} at g(1) = {p.acceptance.rates()[0]:.2f}"
+    assert opt.probe_loss > 0  # a probe loses what the drafts do not bring back
+
+
+def test_a_burst_of_prompts_does_not_price_the_steps_after_it():
+    """The next step's prompt tokens are expected from the last steps' (N0 includes them). After a
+    burst (a cell's 64 prompts at once, ~3,000-6,000 tokens, then none) the estimate priced the
+    plain steps after it at 100-380 ms in the engine, against ~25 (the plain-step line's slope is
+    per decoding request), drafting at batch 64 looked cheap next to that, and the policy drafted
+    on prompts its drafter does not know (g(1) 0.07-0.26; here: 166-283 ms against 21). A steady
+    stream of prompts is still expected at its level."""
+    p = AdaptivePolicy(15)
+    decode = lambda b: 0.005 + 2.5e-4 * b  # noqa: E731  (a plain decode step at batch b: 21 ms at 64)
+    rng = np.random.default_rng(0)
+    for _ in range(400):  # plain decode steps at batches 1-64 (the plain-step line's slope is per request)
+        b = int(rng.integers(1, 65))
+        p.cost.observe_step(decode(b), b)
+    t, priced = 0.0, []
+    for step in range(6):
+        n = 64 + 3200 if step < 2 else 64  # the burst, in two chunks, then decode steps only
+        dt = decode(64) + (0.15 if n > 64 else 0.0)
+        p.on_step(t + dt, n, 64, t)
+        t += dt
+        priced.append(float(p.cost.t_verify(64 + p.prefill_tokens)))  # the next plain step, as planned
+    assert max(priced[2:]) < 1.5 * decode(64), [round(1e3 * x, 1) for x in priced]
+    for _ in range(40):  # a steady stream: 300 prompt tokens every step
+        p.on_step(t + decode(64), 364, 64, t)
+        t += decode(64)
+    assert p.prefill_tokens == pytest.approx(300, rel=0.05)
