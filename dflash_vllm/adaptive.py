@@ -25,8 +25,9 @@ The model (everything is learned online, on the host, from what vLLM already bri
   while the device has idle compute, steeper once it has none); ``delta`` the fixed cost of a
   step that verifies any draft (vLLM's speculative bookkeeping, a third of a small model's plain
   step on CPU; a drafted step is never priced below the plain step it contains plus delta,
-  whatever the two lines say apart); ``T_d`` the drafter forward over ``R (q + 1)`` block tokens, R the batch size
-  and ``q = max_i k_i``, with the context K/V write of the tokens the step verified (on CPU:
+  whatever the two lines say apart); ``T_d`` the drafter forward over ``R (q + 1)`` block
+  tokens, R the batch size and ``q = max_i k_i``, with the context K/V write of the tokens the
+  step verified (on CPU:
   the whole drafting call, vLLM's drafter input preparation included, which only drafted
   steps pay; the context K = 0 steps deferred is the price of drafting again, measured on
   probes instead); ``N0`` the tokens verified without any draft (one
@@ -77,7 +78,8 @@ num_speculative_tokens drafts every step, as before: on this machine's full chec
 (bench/results/bench-adaptive.json, bench/README.md; session 19) the policy met both goals in
 10 of 28 cells, 7 in a second run (session 18: 5 and 4): 1.43x no speculation pooled where the
 drafter knows the prompts (0.89 of the best fixed K; the cells after a change of workload lose
-most), but 0.91x where it does not (K = 0 pinned: 0.95x in the same run), so it is not yet the default.
+most), but 0.91x where it does not (K = 0 pinned: 0.95x in the same run), so it is not yet
+the default.
 ``"dflash_fixed_k": N`` (or ``DFLASH_VLLM_FIXED_K=N``) pins N drafts per request per step
 (N = 0: the drafter forward is skipped every step, only context K/V is written). vLLM's SpeculativeConfig rejects unknown keys, so the
 key is taken out of the config before vLLM parses it (``pop_config_key``) and travels to the
