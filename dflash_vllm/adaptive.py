@@ -416,11 +416,15 @@ class CostModel:
         self.verify.observe(self._phi(float(num_tokens), drafted), seconds_without_draft)
         if not drafted and not transient:
             self.plain.observe(self._phi(float(num_tokens), False)[:-1], seconds_without_draft)
-            # Recent plain steps near this N (see _local and plain_known_near).
+            # Recent plain steps near this N (see _local and plain_known_near). One step counts
+            # for at most twice the recent mean: single plain steps of 26-45 ms where plain steps
+            # cost 6-10 (batch 1-8 on the demo pair; a GC pause, the VM) set the bucket's price
+            # to 1.5-3x for many steps, and drafting looked cheap next to it. A real rise is
+            # still followed, by up to 1.5x per plain step.
             b = self._bucket(num_tokens)
             n, y, old = float(num_tokens), seconds_without_draft, self._near.get(b)
             if old is not None and self._steps - old[2] <= self.LOCAL_WITHIN:
-                n, y = 0.5 * old[0] + 0.5 * n, 0.5 * old[1] + 0.5 * y
+                n, y = 0.5 * old[0] + 0.5 * n, 0.5 * old[1] + 0.5 * min(y, 2.0 * old[1])
             self._near[b] = (n, y, self._steps, old[2] if old is not None else -(1 << 30))
 
     def observe_draft(self, seconds: float, block_tokens: int) -> None:
