@@ -18,42 +18,41 @@ The model (everything is learned online, on the host, from what vLLM already bri
   know look like a deep drafter: on the demo pair's chat prompts, rho ~1.8 on g(2..) ~0.5-0.8 left
   over from earlier prompts.)
 - cost: one engine step costs
-  ``T(k) = T_v(N0 + sum_i k_i) + delta [sum_i k_i > 0] + [q > 0] T_d(R (q + 1))``:
-  ``T_v`` everything but the drafting call (target verify, scheduling, sampling, the plan; on
-  a K = 0 step the deferred context copy) as a function of the verified tokens N (piecewise
-  linear, knots at 64, 256, 1024: flat
-  while the device has idle compute, steeper once it has none); ``delta`` the fixed cost of a
-  step that verifies any draft (vLLM's speculative bookkeeping, a third of a small model's plain
-  step on CPU; a drafted step is never priced below the plain step it contains plus delta,
-  whatever the two lines say apart); ``T_d`` the drafter forward over ``R (q + 1)`` block
-  tokens, R the batch size and ``q = max_i k_i``, with the context K/V write of the tokens the
-  step verified (on CPU:
-  the whole drafting call, vLLM's drafter input preparation included, which only drafted
-  steps pay; the context K = 0 steps deferred is the price of drafting again, measured on
-  probes instead); ``N0`` the tokens verified without any draft (one
-  per request plus the prefill running alongside: a running mean of recent steps' prompt
-  tokens that a burst moves only so far); a plain step (no drafts) is priced from its
-  own line, fitted to runs of plain decode steps only, plus the line's error at the recent plain
-  steps of about the same batch (within 2x; see CostModel._local). All are ridge
-  regressions with exponential forgetting, fitted to the engine's own step times (from the
-  runner's execute_model to the drafting call, plus the gap since the previous drafting call
-  unless the server sat idle, plus the previous step's plan; and the drafting call). Until
-  session 17 the context write of drafted steps was in no clock: 7 % of a step at batch 1 on
-  the demo pair with K = 15 (0.79 of 11.1 ms), 9 % at batch 64, a cost drafting pays every step
-  while K = 0 steps defer it (and, with prefix caching off, never write the rows of requests
-  that end first).
+  ``T(k) = T_v(N0) + [D > 0] (delta + I(N0, D)) + [q > 0] T_d(R (q + 1))``, ``D = sum_i k_i``:
+  ``T_v(N0)`` a plain step (everything but the drafting call: target forward, scheduling,
+  sampling, the plan; on a K = 0 step the deferred context copy) over ``N0`` tokens verified
+  without drafts (one per decoding request plus the prefill running alongside: a running mean
+  of recent steps' prompt tokens that a burst moves only so far), from a line fitted to runs of
+  plain decode steps only, plus the line's error at the recent plain steps of about the same
+  batch (within 2x; see CostModel._local); ``delta`` the fixed cost of a step that verifies any
+  draft (vLLM's speculative bookkeeping, a third of a small model's plain step on CPU);
+  ``I(N0, D)`` what D drafts add to that step (piecewise linear in all verified tokens, knots at
+  64, 256, 1024: flat while the device has idle compute, steeper once it has none), priced
+  apart from a decoding request (a request brings scheduling, sampling and output handling
+  besides its token: one slope for both priced 15 drafts at batch 1 as 15 more requests);
+  ``T_d`` the drafter forward over ``R (q + 1)`` block tokens, R the batch size and
+  ``q = max_i k_i``, with the context K/V write of the tokens the step verified (on CPU: the
+  whole drafting call, vLLM's drafter input preparation included, which only drafted steps
+  pay; the context K = 0 steps deferred is the price of drafting again, measured on probes
+  instead). All are ridge regressions with exponential forgetting, fitted to the engine's own
+  step times (from the runner's execute_model to the drafting call, plus the gap since the
+  previous drafting call unless the server sat idle, plus the previous step's plan; and the
+  drafting call). Until session 17 the context write of drafted steps was in no clock: 7 % of
+  a step at batch 1 on the demo pair with K = 15 (0.79 of 11.1 ms), 9 % at batch 64, a cost
+  drafting pays every step while K = 0 steps defer it (and, with prefix caching off, never
+  write the rows of requests that end first).
 - policy: maximise expected goodput ``G(k) = sum_i E_i(k_i) / T(k)``, with
   ``E_i(k) = 1 + sum_{j <= k} s_i(j)`` expected tokens emitted. For a cap q on k_i the optimum
-  submits draft j of request i iff ``s_i(j) >= G* dT_v/dN`` (s_i is decreasing in j, so that is
+  submits draft j of request i iff ``s_i(j) >= G* dI/dD`` (s_i is decreasing in j, so that is
   a prefix): a few Dinkelbach iterations on the ratio find G*, for every cap in a small set at
   once; ``q = 0`` (no drafter forward at all, the step costs a plain decode step plus the
   context K/V write) competes on the same terms. Acceptance alone cannot decide: the same
-  survival curve is worth drafting at batch 1 and not at batch 64, which only ``dT_v/dN`` and
+  survival curve is worth drafting at batch 1 and not at batch 64, which only ``dI/dD`` and
   ``T_d(R (q + 1))`` see.
 
 Exploration: the priors are optimistic (drafting looks free until measured); while drafting,
 every ``dither_every``-th step submits one draft more or less per request (near the optimum
-that costs next to nothing, and it keeps dT_v/dN measured even at a constant batch), and now and
+that costs next to nothing, and it keeps dI/dD measured even at a constant batch), and now and
 then drafting pauses for two steps (the plain step's cost stays measured: the second of them,
 the first after drafted steps costs more), spaced to cost at most ``explore_budget`` (1%) of the
 expected goodput, and every ``zero_every`` steps while fewer than 12 plain steps were measured.
@@ -335,12 +334,25 @@ class _Ridge:
 
 
 class CostModel:
-    """T_v(N, drafted): step time without the drafter forward, piecewise linear in verified
-    tokens N, plus a fixed cost delta when the step verifies any draft (vLLM's speculative
-    bookkeeping: spec-decode metadata, rejection sampler, drafter input preparation; on CPU
-    with a small target a third of a plain step, which a line in N alone would spread over
-    every plan and so misprice "no drafts"); T_d(D): drafter forward over D block tokens.
-    (Batch size R matters to the choice only through N and D: R itself is the same for every
+    """T_v(N0, D): step time without the drafter forward, for N0 tokens verified without drafts
+    (one per decoding request, plus prefill) and D drafts verified with them; T_d(B): drafter
+    forward over B block tokens.
+
+    A plain step (D = 0) is priced from a line in N0 fitted to runs of plain decode steps only,
+    plus that line's error at the recent plain steps of about the same batch (``_local``). A
+    drafted step is that plain step plus what drafts add: ``delta`` (the fixed cost of a step
+    that verifies any draft: vLLM's speculative bookkeeping, spec-decode metadata, rejection
+    sampler, drafter input preparation; on CPU with a small target a third of a plain step) and
+    the increment of a second fit, over every step, in the drafts:
+    ``T = a + b N0 + c D + sum_h c_h max(N0 + D - knot_h, 0) + delta [D > 0]``, i.e.
+    ``c D + sum_h c_h (max(N0 + D - knot_h, 0) - max(N0 - knot_h, 0))`` (hinges on all verified
+    tokens: flat while the device has idle compute, steeper once it has none). A decoding
+    request and a draft are priced apart: a request brings scheduling, sampling and output
+    handling besides its token (the demo pair on CPU, bench T_v: ~0.2 ms per request from batch
+    1 to 64 against ~0.06 ms per draft at batch 64, K = 15). Until session 20 both were one slope in N = N0 + D and a drafted step
+    was floored at the plain line at N, i.e. D drafts priced as D more requests: 960 drafts at
+    batch 64 at ~200 ms against ~60 measured, 15 drafts at batch 1 as a plain step of 16.
+    (Batch size R matters to the choice only through N0 and B: R itself is the same for every
     candidate plan of a step.)"""
 
     KNOTS = (64.0, 256.0, 1024.0)
@@ -350,18 +362,20 @@ class CostModel:
 
     def __init__(self, decay: float = 0.99, ridge: float = 0.05):
         # The hinges stay 0 (one straight line) unless the data insist: a kink fitted on a
-        # narrow range of N would extrapolate badly to the plans not taken. delta starts at 0
-        # (optimistic, like the slopes) and is learned from the plain steps the policy keeps taking.
-        self.verify = _Ridge(3 + len(self.KNOTS), decay, (ridge, ridge, *[2.0] * len(self.KNOTS), 2.0))
-        # Plain steps alone (the same shape, forgetting per plain step): the cost every plan is
-        # measured against, read near N0 only, where these steps are. While the policy drafts
-        # on every step, plain steps are one in 32 or fewer, and in the shared fit above delta
-        # (held toward 0) was then barely identified: on the demo pair, after prompts the drafter
-        # knows, the fit priced a plain step at 4.0-4.9 ms where it cost 3.1, and the policy went
-        # on drafting for ~170 steps on prompts it did not know (chat, batch 1).
+        # narrow range of N would extrapolate badly to the plans not taken. The draft slope c
+        # and delta start at 0 (optimistic, like the other slopes) and are learned from the
+        # drafted steps, the plain steps the policy keeps taking, and the dither around the plan.
+        # Features: (1, N0, hinges at N0 + D, D, [D > 0]).
+        self.verify = _Ridge(4 + len(self.KNOTS), decay, (ridge, ridge, *[2.0] * len(self.KNOTS), ridge, 2.0))
+        # Plain steps alone (the same shape in N0, forgetting per plain step): the cost every
+        # plan is measured against, read near N0 only, where these steps are. While the policy
+        # drafts on every step, plain steps are one in 32 or fewer, and in the shared fit above
+        # delta (held toward 0) was then barely identified: on the demo pair, after prompts the
+        # drafter knows, the fit priced a plain step at 4.0-4.9 ms where it cost 3.1, and the
+        # policy went on drafting for ~170 steps on prompts it did not know (chat, batch 1).
         self.plain = _Ridge(2 + len(self.KNOTS), decay, (ridge, ridge, *[2.0] * len(self.KNOTS)))
         self.draft = _Ridge(2, decay, ridge)
-        self._memo: tuple = (None, None, None, None, {})  # scalar t_verify per coefficient arrays (see t_verify)
+        self._memo: tuple = (None, None, {})  # the plain line as a list, and its values, per solve (see t_verify)
         self._steps = 0
         # log2 bucket of N -> (EMA of N, EMA of seconds, step of the latest plain step, of the one before)
         self._near: dict[int, tuple[float, float, int, int]] = {}
@@ -378,17 +392,6 @@ class CostModel:
             return 0.0
         return e[1] - max(self._line(plain, e[0]), 0.0)
 
-    def _local_many(self, n: np.ndarray, plain: list) -> np.ndarray:
-        """``_local`` at every element of n: it depends on n only through its bucket, so once per
-        bucket (a plan prices ~10 candidate N, in 2-4 buckets; per element it was ~40 % of the
-        plan's host time at batch 1)."""
-        flat = n.ravel()
-        b = np.frexp(np.maximum(np.floor(flat), 1.0))[1] - 1  # int(x).bit_length() - 1, as _bucket
-        out = np.empty(flat.shape)
-        for v in set(b.tolist()):
-            out[b == v] = self._local(float(1 << v), plain)
-        return out.reshape(n.shape)
-
     @staticmethod
     def _bucket(n: float) -> int:
         return max(int(n), 1).bit_length() - 1
@@ -403,27 +406,30 @@ class CostModel:
         b, near, now = self._bucket(n), self._near, self._steps
         return any(x in near and now - near[x][3] <= self.LOCAL_WITHIN for x in range(b - 2, b + 3))
 
-    def _phi(self, n: float, drafted: bool) -> tuple:
-        s = self.SCALE
-        return (1.0, n / s, *[max(n - kn, 0.0) / s for kn in self.KNOTS], float(drafted))
+    def _phi(self, n0: float, d: float) -> tuple:
+        s, n = self.SCALE, n0 + d
+        return (1.0, n0 / s, *[max(n - kn, 0.0) / s for kn in self.KNOTS], d / s, float(d > 0))
 
-    def observe_step(self, seconds_without_draft: float, num_tokens: int, drafted: bool = False,
+    def observe_step(self, seconds_without_draft: float, num_tokens: int, drafts: int = 0,
                      transient: bool = False) -> None:
-        """``transient``: a plain step right after one that verified drafts, or one with
-        prefill. The first costs more than the plain steps after it (vLLM leaves its speculative
-        path; on the demo pair 5-9 ms against 3), so both stay out of the plain-step line: a run
-        of plain decode steps is what the policy weighs drafting against."""
+        """A step over ``num_tokens`` verified tokens, ``drafts`` of them drafts. ``transient``:
+        a plain step right after one that verified drafts, or one with prefill. The first costs
+        more than the plain steps after it (vLLM leaves its speculative path; on the demo pair
+        5-9 ms against 3), so both stay out of the plain-step line: a run of plain decode steps
+        is what the policy weighs drafting against."""
         self._steps += 1
-        self.verify.observe(self._phi(float(num_tokens), drafted), seconds_without_draft)
-        if not drafted and not transient:
-            self.plain.observe(self._phi(float(num_tokens), False)[:-1], seconds_without_draft)
+        d = float(min(max(drafts, 0), num_tokens))
+        n0 = float(num_tokens) - d
+        self.verify.observe(self._phi(n0, d), seconds_without_draft)
+        if not d and not transient:
+            self.plain.observe(self._phi(n0, 0.0)[:2 + len(self.KNOTS)], seconds_without_draft)
             # Recent plain steps near this N (see _local and plain_known_near). One step counts
             # for at most twice the recent mean: single plain steps of 26-45 ms where plain steps
             # cost 6-10 (batch 1-8 on the demo pair; a GC pause, the VM) set the bucket's price
             # to 1.5-3x for many steps, and drafting looked cheap next to it. A real rise is
             # still followed, by up to 1.5x per plain step.
             b = self._bucket(num_tokens)
-            n, y, old = float(num_tokens), seconds_without_draft, self._near.get(b)
+            n, y, old = n0, seconds_without_draft, self._near.get(b)
             if old is not None and self._steps - old[2] <= self.LOCAL_WITHIN:
                 n, y = 0.5 * old[0] + 0.5 * n, 0.5 * old[1] + 0.5 * min(y, 2.0 * old[1])
             self._near[b] = (n, y, self._steps, old[2] if old is not None else -(1 << 30))
@@ -431,38 +437,63 @@ class CostModel:
     def observe_draft(self, seconds: float, block_tokens: int) -> None:
         self.draft.observe((1.0, block_tokens / self.SCALE), seconds)
 
-    def t_verify(self, n, drafted=False, stale: bool = False):
-        """T_v at n verified tokens (``drafted``: a bool, or an array like n); ``stale``: from
-        the coefficients as last solved (no solve). A plain step from the plain steps' own line
-        once it has a few (``PLAIN_MIN``); a drafted step never below a plain one."""
+    def _coefficients(self, stale: bool):
+        """(verify fit, plain line, the array the plain line is read from): as last solved with
+        ``stale``; the plain line is the verify fit's N0 part until it has ``PLAIN_MIN`` steps of
+        its own."""
         th = self.verify.last_theta() if stale else self.verify.theta()
-        plain = th
         if self.plain.n >= self.PLAIN_MIN:
             plain = self.plain.last_theta() if stale else self.plain.theta()
-        if np.ndim(n) == 0 and np.ndim(drafted) == 0:  # one value (most calls): Python floats
+            return th, plain, plain
+        return th, th[:2 + len(self.KNOTS)], th
+
+    def t_verify(self, n0, drafts=0, stale: bool = False):
+        """T_v for n0 tokens verified without drafts and ``drafts`` drafts (each a float or an
+        array; arrays broadcast); ``stale``: from the coefficients as last solved (no solve). A
+        plain step: the plain line plus its local error; a drafted one: that plus delta plus the
+        drafts' increment (never below the plain step plus delta)."""
+        th, plain, src = self._coefficients(stale)
+        if np.ndim(n0) == 0 and np.ndim(drafts) == 0:  # one value (most calls): Python floats
             memo = self._memo
-            if memo[0] is not th or memo[1] is not plain:  # solved since: coefficients as lists, once
-                memo = self._memo = (th, plain, th.tolist(), plain.tolist(), {})
-            n = float(n)
-            lines = memo[4].get(n)
-            if lines is None:
-                lines = (self._line(memo[3], n), self._line(memo[2], n) + max(0.0, memo[2][-1]))
-                if len(memo[4]) < 4096:
-                    memo[4][n] = lines
-            t_plain = max(lines[0] + self._local(n, memo[3]), 0.0)
-            return max(lines[1], t_plain) if drafted else t_plain
-        delta = max(0.0, float(th[-1]))
-        n = np.asarray(n, dtype=np.float64)
-        t_plain = self._line(plain, n)
-        if self._near:
-            t_plain = t_plain + self._local_many(n, plain.tolist())
+            if memo[0] is not src:  # solved since: the plain line as a list, once
+                memo = self._memo = (src, plain.tolist(), {})
+            n0 = float(n0)
+            line = memo[2].get(n0)
+            if line is None:
+                line = self._line(memo[1], n0)
+                if len(memo[2]) < 4096:
+                    memo[2][n0] = line
+            t_plain = max(line + self._local(n0, memo[1]), 0.0)
+            if drafts <= 0:
+                return t_plain
+            return t_plain + float(self._increment(th, n0, float(drafts)))
+        n0 = np.asarray(n0, dtype=np.float64)
+        d = np.asarray(drafts, dtype=np.float64)
+        t_plain = self._line(plain, n0)
+        if self._near:  # the local error depends on n0 only through its bucket
+            pl = plain.tolist()
+            if n0.ndim:
+                t_plain = t_plain + np.vectorize(lambda x: self._local(x, pl), otypes=[float])(n0)
+            else:
+                t_plain = t_plain + self._local(float(n0), pl)
         t_plain = np.maximum(t_plain, 0.0)
-        if not np.any(drafted):
-            return t_plain
-        return np.where(drafted, np.maximum(self._line(th, n) + delta, t_plain), t_plain)
+        if not np.any(d > 0):
+            return np.broadcast_to(t_plain, np.broadcast(n0, d).shape).astype(np.float64)
+        return t_plain + np.where(d > 0, self._increment(th, n0, d), 0.0)
+
+    def _increment(self, th, n0, d):
+        """What d > 0 drafts add to a plain step at n0: delta plus the fit's increment in the
+        drafts (never negative)."""
+        s, c = self.SCALE, len(self.KNOTS)
+        inc = th[2 + c] * (d / s)
+        for h, kn in zip(th[2:2 + c], self.KNOTS):
+            if h:
+                inc = inc + h * (np.maximum(n0 + d - kn, 0.0) - np.maximum(n0 - kn, 0.0)) / s
+        return max(0.0, float(th[-1])) + np.maximum(inc, 0.0)
 
     def _line(self, th, n):
-        """The piecewise-linear shape at n (a float, or an array), coefficients th."""
+        """The piecewise-linear shape in n (a float, or an array), coefficients th (intercept,
+        slope, hinges)."""
         s = self.SCALE
         t = th[0] + th[1] * (n / s)
         for c, kn in zip(th[2:2 + len(self.KNOTS)], self.KNOTS):
@@ -475,9 +506,10 @@ class CostModel:
         return max(0.0, float(self.verify.theta()[-1]))
 
     def slope_verify(self, n: float) -> float:
-        """dT_v/dN at n (never negative: a step does not get cheaper with more tokens)."""
-        th = self.verify.theta()
-        return max(0.0, (th[1] + sum(t for t, kn in zip(th[2:-1], self.KNOTS) if n > kn)) / self.SCALE)
+        """dT_v/dD at n verified tokens: what one more draft costs (never negative: a step does
+        not get cheaper with more tokens)."""
+        th, c = self.verify.theta(), len(self.KNOTS)
+        return max(0.0, (th[2 + c] + sum(h for h, kn in zip(th[2:2 + c], self.KNOTS) if n > kn)) / self.SCALE)
 
     def t_draft(self, block_tokens) -> np.ndarray:
         th = self.draft.theta()
@@ -594,7 +626,9 @@ class AdaptivePolicy:
                     rest += g
                     idle = gap - g
             cm = self.cost
-            drafted = self._last_submitted > 0
+            # the drafts this step verified: the previous plan's (fewer if the scheduler cut some)
+            drafts = min(self._last_submitted, max(num_tokens - num_reqs, 0))
+            drafted = drafts > 0
             # The plain-step line learns from runs of plain decode steps only: not the first plain
             # step after drafted ones, not a step with prefill in it (a prompt's first step
             # costs more than its tokens say: 8-12 ms for ~100 tokens on the demo pair).
@@ -606,8 +640,8 @@ class AdaptivePolicy:
                     # still thinks N is free) is followed within a few steps.
                     # (the prediction from the coefficients as last solved: a solve per step
                     # would cost more than the clip is worth)
-                    rest = min(rest, self.outlier * max(float(cm.t_verify(num_tokens, drafted, stale=True)), 1e-6))
-                cm.observe_step(rest, num_tokens, drafted=drafted, transient=transient)
+                    rest = min(rest, self.outlier * max(float(cm.t_verify(num_tokens - drafts, drafts, stale=True)), 1e-6))
+                cm.observe_step(rest, num_tokens, drafts=drafts, transient=transient)
         if self._prev_now is not None:
             self._measure_probe(now - self._prev_now - idle, num_reqs)
         self._prev_now = now
@@ -766,7 +800,7 @@ class AdaptivePolicy:
                 self._last_anchor = self.step
                 return np.zeros(r, dtype=np.int64), 0
             k = best_k
-            if self.step % self.dither_every == 0:  # +-1 draft now and then: dT_v/dN stays measured
+            if self.step % self.dither_every == 0:  # +-1 draft now and then: dI/dD stays measured
                 k = np.clip(k + (1 if (self.step // self.dither_every) % 2 else -1), 0, self.k_max)
             if k.any():
                 return k, int(k.max())
@@ -813,13 +847,12 @@ class AdaptivePolicy:
         t0 = float(cm.t_verify(n0))
         g0 = r / max(t0, 1e-9)
         t_draft = cm.t_draft(num_reqs * (caps + 1))  # [C]
-        # A step that verifies drafts does all a plain step does, and vLLM's speculative
-        # bookkeeping: never priced below t0 + delta. The plain price at N0 holds the error of
-        # the line at the plain steps measured near N0 (CostModel._local), the drafted one at
-        # N0 + sum k does not (another batch bucket, or a line fitted to other steps): in the
-        # engine plain steps priced 9.8-25 ms undercut drafted ones priced 8.4-15 ms (batch 1-28,
-        # prompts the drafter does not know, g(1) 0.1-0.35), and the policy drafted there.
-        floor = t0 + cm.delta()
+        # A step that verifies drafts is priced as the plain step it extends (t0, with the plain
+        # line's local error) plus delta plus what its drafts add (CostModel): never below t0 +
+        # delta. (Until session 19 the drafted plan was priced from the lines at N0 + sum k,
+        # without that local error: after slow plain steps it came out below the plain step, in
+        # the engine 9.8-25 ms plain against 8.4-15 ms drafted at batch 1-28, g(1) 0.1-0.35, and
+        # the policy drafted on prompts the drafter does not know.)
         rows = np.arange(r)[None, :]
         lam, n_est = g0, n0 + self._last_submitted
         best_g, best_k, best_c, best_thr = 0.0, None, 0, 0.0
@@ -828,20 +861,19 @@ class AdaptivePolicy:
             k_free = (s >= thr).sum(axis=1)  # s_i decreasing in j: the accepted set is a prefix
             kc = np.minimum(k_free[None, :], caps[:, None])  # [C, r]
             gain = r + cs[rows, kc].sum(axis=1)
-            n_tot = n0 + kc.sum(axis=1)
-            drafted = n_tot > n0
-            t_v = np.where(drafted, np.maximum(cm.t_verify(n_tot, drafted), floor), t0)
+            d_tot = kc.sum(axis=1)
+            t_v = cm.t_verify(n0, d_tot)
             g = gain / np.maximum(t_v + t_draft, 1e-9)
             c = int(np.argmax(g))
             if g[c] > best_g:
                 best_g, best_k, best_c, best_thr = float(g[c]), kc[c], c, float(thr)
             if abs(g[c] - lam) <= 1e-4 * lam:
                 break
-            lam, n_est = float(g[c]), float(n_tot[c])
+            lam, n_est = float(g[c]), float(n0 + d_tot[c])
         # A probe (while drafting does not pay) drafts as deep as costs at most a quarter of a
         # plain step more than one draft each: on a device with idle compute that is the whole
         # block, and one probe then measures every position's acceptance, not only the first.
-        t_caps = np.maximum(cm.t_verify(n0 + r * caps, True), floor) + t_draft
+        t_caps = cm.t_verify(n0, r * caps) + t_draft
         q_probe = int(caps[np.flatnonzero(t_caps <= t_caps[0] + 0.25 * t0)[-1]])
         i_probe = int(np.searchsorted(caps, q_probe))
         # What a probe loses against a plain step, in plain steps (its accepted drafts count).

@@ -69,6 +69,10 @@ def summarize(runs: list[dict], k: int | None) -> dict:
                        "itl_p50": _ms(_pct(itl, 50)), "itl_p99": _ms(_pct(itl, 99)),
                        "tpot_p50": _ms(_pct(tpot, 50)), "tpot_p99": _ms(_pct(tpot, 99))},
     }
+    gcs = [r["gc"] for r in runs if r.get("gc")]
+    if gcs:  # garbage collection inside the runs (bench worker's GcClock): ms per engine step, full collections
+        out["gc"] = {"ms_per_step": _ms(sum(g["s"] for g in gcs) / n),
+                     "collections": [sum(g["collections"][i] for g in gcs) for i in range(3)]}
     sub = [r["submitted_hist"] for r in runs if r.get("submitted_hist")]
     if sub:  # drafts submitted per decoding request per step, 0 included (the adaptive policy's choice)
         width = max(len(h) for h in sub)

@@ -48,6 +48,29 @@ def memory_report(llm) -> dict:
     return llm.collective_rpc(probe)[0]
 
 
+class GcClock:
+    """Time the interpreter spends in garbage collection (``gc.callbacks``), per generation: a
+    full collection of an engine process holds the step it lands in for milliseconds, and a
+    method that allocates more Python objects per step triggers more of them."""
+
+    def __init__(self):
+        import gc
+
+        self.seconds, self.counts, self._t = 0.0, [0, 0, 0], None
+        gc.callbacks.append(self._cb)
+
+    def _cb(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._t = time.perf_counter()
+        elif self._t is not None:
+            self.seconds += time.perf_counter() - self._t
+            self.counts[info["generation"]] += 1
+            self._t = None
+
+    def read(self) -> tuple[float, list[int]]:
+        return self.seconds, list(self.counts)
+
+
 def main() -> int:
     proto = os.fdopen(os.dup(1), "w", buffering=1)  # results only; everything else goes to stderr
     os.dup2(2, 1)
@@ -69,6 +92,7 @@ def main() -> int:
     t0 = time.perf_counter()
     llm = LLM(model=cfg["model"], **kwargs)
     proto.write(json.dumps({"ready": True, "startup_s": time.perf_counter() - t0}) + "\n")
+    gc_clock = GcClock()
     for line in sys.stdin:
         cmd = json.loads(line)
         if cmd["cmd"] == "quit":
@@ -76,8 +100,12 @@ def main() -> int:
         try:
             if cmd["cmd"] == "run":
                 before = metrics.read_draft_lengths()
+                gc_before = gc_clock.read()
                 res = drive(llm.llm_engine, cmd["requests"], concurrency=cmd["concurrency"], timers=timers)
                 after = metrics.read_draft_lengths()
+                gc_after = gc_clock.read()
+                res["gc"] = {"s": gc_after[0] - gc_before[0],
+                             "collections": [a - b for a, b in zip(gc_after[1], gc_before[1])]}
                 if after:  # drafts submitted per request per step (0 included), this run only
                     before = before + [0.0] * (len(after) - len(before))
                     res["submitted_hist"] = [int(a - b) for a, b in zip(after, before)]
