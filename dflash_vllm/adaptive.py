@@ -73,13 +73,11 @@ the best fixed K pooled in the two runs with it, 0.91-0.94 in the three without;
 
 Opt-in, for now: ``"dflash_adaptive": true`` in the speculative config (or
 ``DFLASH_VLLM_FIXED_K=adaptive``) turns the policy on. Without it every request submits
-num_speculative_tokens drafts every step, as before: on this machine's full check
-(bench/results/bench-adaptive.json, bench/README.md; session 19) the policy met both goals in
-4 of 28 cells (10 and 7 in two runs earlier in the session, before its last change, with much
-the same choices per cell; session 18: 5 and 4): 1.31x no speculation pooled where the drafter
-knows the prompts (0.80 of the best fixed K; 0.89 and 0.87 in those runs; the cells after a
-change of workload lose most), but 0.90x where it does not (K = 0 pinned: 0.96x in the same
-run), so it is not yet the default.
+num_speculative_tokens drafts every step, as before: on the full check
+(bench/results/bench-adaptive.json, bench/README.md; session 20) the policy met both goals in 5
+of 28 cells (session 19: 4, 10 and 7): 1.49x no speculation pooled where the drafter knows the
+prompts (0.875 of the best fixed K; the cells after a change of workload lose most), but 0.89x
+where it does not (K = 0 pinned: 0.94x in the same run), so it is not yet the default.
 ``"dflash_fixed_k": N`` (or ``DFLASH_VLLM_FIXED_K=N``) pins N drafts per request per step
 (N = 0: the drafter forward is skipped every step, only context K/V is written). vLLM's SpeculativeConfig rejects unknown keys, so the
 key is taken out of the config before vLLM parses it (``pop_config_key``) and travels to the
