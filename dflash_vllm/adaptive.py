@@ -487,7 +487,7 @@ class CostModel:
         for h, kn in zip(th[2:2 + c], self.KNOTS):
             if h:
                 inc = inc + h * (np.maximum(n0 + d - kn, 0.0) - np.maximum(n0 - kn, 0.0)) / s
-        return max(0.0, float(th[-1])) + np.maximum(inc, 0.0)
+        return self._delta(th) + np.maximum(inc, 0.0)
 
     def _line(self, th, n):
         """The piecewise-linear shape in n (a float, or an array), coefficients th (intercept,
@@ -499,9 +499,13 @@ class CostModel:
                 t = t + c * ((max(n - kn, 0.0) if isinstance(n, float) else np.maximum(n - kn, 0.0)) / s)
         return t
 
+    @staticmethod
+    def _delta(th) -> float:
+        return max(0.0, float(th[-1]))
+
     def delta(self) -> float:
         """The fixed cost of a step that verifies any draft (never negative)."""
-        return max(0.0, float(self.verify.theta()[-1]))
+        return self._delta(self.verify.theta())
 
     def slope_verify(self, n: float) -> float:
         """dT_v/dD at n verified tokens: what one more draft costs (never negative: a step does
