@@ -535,7 +535,6 @@ class _ProbeMeasurement:
     batch: int  # requests in the probe
     verified: int  # AcceptanceModel.verified_steps when it was planned
     first: float | None = None  # its own period (its drafting call and its verify), once seen
-    accepted: int = 0  # drafts it got accepted
 
 
 class _Optimum(NamedTuple):
@@ -683,16 +682,28 @@ class AdaptivePolicy:
             return
         if m.first is None and last > 0:  # the probe's own period: its drafter call and its verify
             m.first = period
-            m.accepted = self.acceptance.last_accepted if self.acceptance.verified_steps > m.verified else 0
             return
         self._probe_meas = None
         b = CostModel._bucket(m.batch)
         e = self._plain_period.get(b)
         if m.first is None or last > 0 or e is None or e[1] < 4 or e[0] <= 0:  # drafting went on, or no plain mean
             return
-        loss = max(0.0, (m.first + period) / e[0] - 2.0 - m.accepted / max(m.batch, 1))
+        # The drafts it got accepted, read only now: vLLM 0.32 runs a DFlash drafter before its
+        # bookkeeping (gpu_model_runner.sample_tokens), so a plan comes before the verify of the
+        # same step is observed, and the probe's verify is seen one plan after its own period.
+        # (Until session 21 they were read at that period's plan, i.e. always 0: a probe that
+        # got 8 of 8 drafts accepted at batch 1 was measured to lose 5 plain steps instead of
+        # none, and probes after a run of prompts the drafter does not know came every ~150-250
+        # steps instead of every 32.)
+        acc = self.acceptance
+        accepted = acc.last_accepted if acc.verified_steps == m.verified + 1 else 0
+        loss = max(0.0, (m.first + period) / e[0] - 2.0 - accepted / max(m.batch, 1))
+        # A probe measured to lose less than the probes before it is taken at its word (the
+        # workload changed: its drafts paid for it), one that loses more is averaged in. Halving
+        # the old loss only, probes after a run of prompts the drafter does not know came ~75
+        # steps after one that paid for itself (a loss of 3 plain steps left 1.5, spaced at 2 %).
         old = self.probe_loss.get(b)
-        self.probe_loss[b] = loss if old is None else 0.5 * old + 0.5 * loss
+        self.probe_loss[b] = loss if old is None or loss < old else 0.5 * old + 0.5 * loss
 
     def on_draft_time(self, seconds: float, block_tokens: int) -> None:
         self.cost.observe_draft(seconds, block_tokens)
