@@ -295,28 +295,30 @@ def test_drafts_again_at_batch_1_soon_after_a_long_run_at_batch_64_without_draft
     assert short >= 0.9 and long >= 0.88
 
 
+def _hidden(r):
+    """The engine's costs no clock of the policy sees, at batch r: a plain step more in each
+    drafting call (the deferred context write), half one in the first plain step after it."""
+    tv = DEMO_COST[r][0](r)
+    return dict(hidden_draft=tv, transient=0.5 * tv)
+
+
 def test_a_probe_is_credited_with_the_drafts_it_got_accepted():
     """vLLM 0.32 runs the DFlash drafter before its bookkeeping, so each plan comes before the
     verify of its own step is observed (``_closed_loop`` keeps that order): a probe's accepted
     drafts are known one plan after its own period. Read at that period's plan, they were always
     0, and a probe that got 4-8 drafts accepted at batch 1 was measured to lose 2.5-5 plain steps
     (in the engine, tasks at batch 1 after free at batch 64: probes ~130 steps apart, 160 steps
-    before drafting again). Here the engine's hidden costs (a plain step more in each drafting
-    call, half one in the first plain step after it), tasks at batch 1 after chat at batch 64:
-    before the fix one seed of six stayed at 0.57 of K = 15 (probes at steps 3, 128, 241, 290),
+    before drafting again). Here with the engine's hidden costs (``_hidden``), tasks at batch 1
+    after chat at batch 64: before the fix one seed of six stayed at 0.57 of K = 15 (probes at steps 3, 128, 241, 290),
     the six 0.90 pooled; after it 0.94 at worst, 0.97 pooled."""
-    def hidden(r):
-        tv = DEMO_COST[r][0](r)
-        return dict(hidden_draft=tv, transient=0.5 * tv)
-
     def after(seed):
         p = AdaptivePolicy(15)
-        _simulate_hist(p, DEMO_HIST["tasks"], 1, *DEMO_COST[1], steps=200, seed=seed, life=40, **hidden(1))
-        _simulate_hist(p, DEMO_HIST["chat"], 64, *DEMO_COST[64], steps=300, seed=seed, life=4, **hidden(64))
+        _simulate_hist(p, DEMO_HIST["tasks"], 1, *DEMO_COST[1], steps=200, seed=seed, life=40, **_hidden(1))
+        _simulate_hist(p, DEMO_HIST["chat"], 64, *DEMO_COST[64], steps=300, seed=seed, life=4, **_hidden(64))
         ours = _simulate_hist(p, DEMO_HIST["tasks"], 1, *DEMO_COST[1], steps=300, seed=seed, warm=0, life=40,
-                              **hidden(1))
+                              **_hidden(1))
         best = _simulate_hist(AdaptivePolicy(15, fixed=[15]), DEMO_HIST["tasks"], 1, *DEMO_COST[1], steps=300,
-                              seed=seed, warm=0, life=40, **hidden(1))
+                              seed=seed, warm=0, life=40, **_hidden(1))
         return ours / best
 
     ratios = [after(s) for s in range(6)]
@@ -332,18 +334,14 @@ def test_a_probe_that_paid_for_itself_brings_the_next_one_soon():
     with the old one instead, the next probe waited ~75 steps. Tasks at batch 1 over 250 steps,
     six seeds, adaptive / K = 15: 0.77 pooled (worst 0.56) before session 21, 0.80 (0.58) with
     the accepted drafts credited alone, 0.84 (0.69) with both."""
-    def hidden(r):
-        tv = DEMO_COST[r][0](r)
-        return dict(hidden_draft=tv, transient=0.5 * tv)
-
     def after(seed):
         p = AdaptivePolicy(15)
         for hist, r, steps, life, s in (("tasks", 1, 200, 14, seed), ("tasks", 64, 60, 4, seed), ("chat", 1, 900, 20, seed),
                                         ("chat", 64, 50, 4, seed), ("chat", 1, 900, 20, seed + 7), ("chat", 64, 50, 4, seed + 7)):
-            _simulate_hist(p, DEMO_HIST[hist], r, *DEMO_COST[r], steps=steps, seed=s, life=life, **hidden(r))
-        ours = _simulate_hist(p, DEMO_HIST["tasks"], 1, *DEMO_COST[1], steps=250, seed=seed, warm=0, life=14, **hidden(1))
+            _simulate_hist(p, DEMO_HIST[hist], r, *DEMO_COST[r], steps=steps, seed=s, life=life, **_hidden(r))
+        ours = _simulate_hist(p, DEMO_HIST["tasks"], 1, *DEMO_COST[1], steps=250, seed=seed, warm=0, life=14, **_hidden(1))
         best = _simulate_hist(AdaptivePolicy(15, fixed=[15]), DEMO_HIST["tasks"], 1, *DEMO_COST[1], steps=250,
-                              seed=seed, warm=0, life=14, **hidden(1))
+                              seed=seed, warm=0, life=14, **_hidden(1))
         return ours / best
 
     ratios = [after(s) for s in range(6)]
@@ -358,7 +356,7 @@ def test_probes_are_spaced_by_what_they_are_measured_to_cost(r):
     (on the demo pair's free prompts the drafter calls of probes alone were 2.5-4 % of the step
     time, twice the 2 % budget). Spaced by their measured loss, probes stay near the budget."""
     tv, td = DEMO_COST[r]
-    hidden = dict(hidden_draft=tv(r), transient=0.5 * tv(r))  # a plain step more per drafting call, half one after
+    hidden = _hidden(r)
 
     def tok_s(**kw):
         return sum(_simulate_hist(AdaptivePolicy(15, **kw), DEMO_HIST["chat"], r, tv, td, steps=2000, seed=s, **hidden)
