@@ -74,10 +74,11 @@ the best fixed K pooled in the two runs with it, 0.91-0.94 in the three without;
 Opt-in, for now: ``"dflash_adaptive": true`` in the speculative config (or
 ``DFLASH_VLLM_FIXED_K=adaptive``) turns the policy on. Without it every request submits
 num_speculative_tokens drafts every step, as before: on the full check
-(bench/results/bench-adaptive.json, bench/README.md; session 20) the policy met both goals in 5
-of 28 cells (session 19: 4, 10 and 7): 1.49x no speculation pooled where the drafter knows the
-prompts (0.875 of the best fixed K; the cells after a change of workload lose most), but 0.89x
-where it does not (K = 0 pinned: 0.94x in the same run), so it is not yet the default.
+(bench/results/bench-adaptive.json, bench/README.md; session 21) the policy met both goals in 5
+of 28 cells (sessions 19-20: 4-10): 1.46x no speculation pooled where the drafter knows the
+prompts (0.912 of the best fixed K; the cell after a change of workload loses most), but 0.85x
+where it does not (K = 0 pinned: 0.84x in the same run, mostly the drafter context it writes for
+prefix caching), so it is not yet the default.
 ``"dflash_fixed_k": N`` (or ``DFLASH_VLLM_FIXED_K=N``) pins N drafts per request per step
 (N = 0: the drafter forward is skipped every step, only context K/V is written). vLLM's SpeculativeConfig rejects unknown keys, so the
 key is taken out of the config before vLLM parses it (``pop_config_key``) and travels to the
@@ -693,8 +694,7 @@ class AdaptivePolicy:
         # same step is observed, and the probe's verify is seen one plan after its own period.
         # (Until session 21 they were read at that period's plan, i.e. always 0: a probe that
         # got 8 of 8 drafts accepted at batch 1 was measured to lose 5 plain steps instead of
-        # none, and probes after a run of prompts the drafter does not know came every ~150-250
-        # steps instead of every 32.)
+        # none, so the next probe came ~120-250 steps on instead of 32.)
         acc = self.acceptance
         accepted = acc.last_accepted if acc.verified_steps == m.verified + 1 else 0
         loss = max(0.0, (m.first + period) / e[0] - 2.0 - accepted / max(m.batch, 1))

@@ -309,8 +309,8 @@ def test_a_probe_is_credited_with_the_drafts_it_got_accepted():
     0, and a probe that got 4-8 drafts accepted at batch 1 was measured to lose 2.5-5 plain steps
     (in the engine, tasks at batch 1 after free at batch 64: probes ~130 steps apart, 160 steps
     before drafting again). Here with the engine's hidden costs (``_hidden``), tasks at batch 1
-    after chat at batch 64: before the fix one seed of six stayed at 0.57 of K = 15 (probes at steps 3, 128, 241, 290),
-    the six 0.90 pooled; after it 0.94 at worst, 0.97 pooled."""
+    after chat at batch 64: before the fix one seed of six stayed at 0.57 of K = 15 (probes at
+    steps 3, 128, 241, 290), the six 0.90 pooled; after it 0.94 at worst, 0.97 pooled."""
     def after(seed):
         p = AdaptivePolicy(15)
         _simulate_hist(p, DEMO_HIST["tasks"], 1, *DEMO_COST[1], steps=200, seed=seed, life=40, **_hidden(1))
@@ -336,10 +336,12 @@ def test_a_probe_that_paid_for_itself_brings_the_next_one_soon():
     the accepted drafts credited alone, 0.84 (0.69) with both."""
     def after(seed):
         p = AdaptivePolicy(15)
-        for hist, r, steps, life, s in (("tasks", 1, 200, 14, seed), ("tasks", 64, 60, 4, seed), ("chat", 1, 900, 20, seed),
-                                        ("chat", 64, 50, 4, seed), ("chat", 1, 900, 20, seed + 7), ("chat", 64, 50, 4, seed + 7)):
+        cells = (("tasks", 1, 200, 14, seed), ("tasks", 64, 60, 4, seed), ("chat", 1, 900, 20, seed),
+                 ("chat", 64, 50, 4, seed), ("chat", 1, 900, 20, seed + 7), ("chat", 64, 50, 4, seed + 7))
+        for hist, r, steps, life, s in cells:  # prompt set, batch, steps, request life, seed
             _simulate_hist(p, DEMO_HIST[hist], r, *DEMO_COST[r], steps=steps, seed=s, life=life, **_hidden(r))
-        ours = _simulate_hist(p, DEMO_HIST["tasks"], 1, *DEMO_COST[1], steps=250, seed=seed, warm=0, life=14, **_hidden(1))
+        ours = _simulate_hist(p, DEMO_HIST["tasks"], 1, *DEMO_COST[1], steps=250, seed=seed, warm=0, life=14,
+                              **_hidden(1))
         best = _simulate_hist(AdaptivePolicy(15, fixed=[15]), DEMO_HIST["tasks"], 1, *DEMO_COST[1], steps=250,
                               seed=seed, warm=0, life=14, **_hidden(1))
         return ours / best
