@@ -274,6 +274,30 @@ def test_follows_a_change_of_workload(r):
     assert np.mean(ratios) >= 0.9
 
 
+def _tasks_at_batch_1_after(cells, seed: int, steps: int, life: int, hidden: bool = False) -> float:
+    """Tasks at batch 1 for ``steps`` steps, tokens per second of the adaptive policy over K = 15,
+    after the policy first ran ``cells`` ((prompt set, batch, steps, request life, seed), in order);
+    ``hidden``: with the engine's costs no clock of the policy sees (``_hidden``)."""
+    def extra(r):
+        return _hidden(r) if hidden else {}
+
+    p = AdaptivePolicy(15)
+    for hist, r, n, lf, s in cells:
+        _simulate_hist(p, DEMO_HIST[hist], r, *DEMO_COST[r], steps=n, seed=s, life=lf, **extra(r))
+    ours = _simulate_hist(p, DEMO_HIST["tasks"], 1, *DEMO_COST[1], steps=steps, seed=seed, warm=0, life=life,
+                          **extra(1))
+    best = _simulate_hist(AdaptivePolicy(15, fixed=[15]), DEMO_HIST["tasks"], 1, *DEMO_COST[1], steps=steps,
+                          seed=seed, warm=0, life=life, **extra(1))
+    return ours / best
+
+
+def _hidden(r):
+    """The engine's costs no clock of the policy sees, at batch r: a plain step more in each
+    drafting call (the deferred context write), half one in the first plain step after it."""
+    tv = DEMO_COST[r][0](r)
+    return dict(hidden_draft=tv, transient=0.5 * tv)
+
+
 def test_drafts_again_at_batch_1_soon_after_a_long_run_at_batch_64_without_drafts():
     """The bench's tasks c = 1 cell after the free c = 64 one: the acceptance evidence gathered at
     batch 64 (~230 rows) aged at batch 1 by the step decay alone (~470 steps to fall to a couple of
@@ -282,24 +306,12 @@ def test_drafts_again_at_batch_1_soon_after_a_long_run_at_batch_64_without_draft
     ``rows_per_request`` rows per decoding request, it follows the new batch within a few probes.
     Without it (``rows_per_request = 0``) this test fails: 0.78 / 0.64 of K = 15."""
     def after(batch64_steps, seed):
-        p = AdaptivePolicy(15)
-        _simulate_hist(p, DEMO_HIST["tasks"], 1, *DEMO_COST[1], steps=200, seed=seed, life=40)
-        _simulate_hist(p, DEMO_HIST["chat"], 64, *DEMO_COST[64], steps=batch64_steps, seed=seed, life=4)
-        ours = _simulate_hist(p, DEMO_HIST["tasks"], 1, *DEMO_COST[1], steps=300, seed=seed, warm=0, life=40)
-        best = _simulate_hist(AdaptivePolicy(15, fixed=[15]), DEMO_HIST["tasks"], 1, *DEMO_COST[1], steps=300,
-                              seed=seed, warm=0, life=40)
-        return ours / best
+        cells = (("tasks", 1, 200, 40, seed), ("chat", 64, batch64_steps, 4, seed))
+        return _tasks_at_batch_1_after(cells, seed, steps=300, life=40)
 
     short, long = (np.mean([after(n, s) for s in range(4)]) for n in (100, 300))
     print(f"tasks at batch 1 after chat at batch 64 (100 / 300 steps): adaptive / K=15 {short:.3f} / {long:.3f}")
     assert short >= 0.9 and long >= 0.88
-
-
-def _hidden(r):
-    """The engine's costs no clock of the policy sees, at batch r: a plain step more in each
-    drafting call (the deferred context write), half one in the first plain step after it."""
-    tv = DEMO_COST[r][0](r)
-    return dict(hidden_draft=tv, transient=0.5 * tv)
 
 
 def test_a_probe_is_credited_with_the_drafts_it_got_accepted():
@@ -312,14 +324,8 @@ def test_a_probe_is_credited_with_the_drafts_it_got_accepted():
     after chat at batch 64: before the fix one seed of six stayed at 0.57 of K = 15 (probes at
     steps 3, 128, 241, 290), the six 0.90 pooled; after it 0.94 at worst, 0.97 pooled."""
     def after(seed):
-        p = AdaptivePolicy(15)
-        _simulate_hist(p, DEMO_HIST["tasks"], 1, *DEMO_COST[1], steps=200, seed=seed, life=40, **_hidden(1))
-        _simulate_hist(p, DEMO_HIST["chat"], 64, *DEMO_COST[64], steps=300, seed=seed, life=4, **_hidden(64))
-        ours = _simulate_hist(p, DEMO_HIST["tasks"], 1, *DEMO_COST[1], steps=300, seed=seed, warm=0, life=40,
-                              **_hidden(1))
-        best = _simulate_hist(AdaptivePolicy(15, fixed=[15]), DEMO_HIST["tasks"], 1, *DEMO_COST[1], steps=300,
-                              seed=seed, warm=0, life=40, **_hidden(1))
-        return ours / best
+        cells = (("tasks", 1, 200, 40, seed), ("chat", 64, 300, 4, seed))
+        return _tasks_at_batch_1_after(cells, seed, steps=300, life=40, hidden=True)
 
     ratios = [after(s) for s in range(6)]
     print(f"tasks at batch 1 after chat at batch 64, probes' hidden costs: adaptive / K=15 per seed "
@@ -335,16 +341,9 @@ def test_a_probe_that_paid_for_itself_brings_the_next_one_soon():
     six seeds, adaptive / K = 15: 0.77 pooled (worst 0.56) before session 21, 0.80 (0.58) with
     the accepted drafts credited alone, 0.84 (0.69) with both."""
     def after(seed):
-        p = AdaptivePolicy(15)
         cells = (("tasks", 1, 200, 14, seed), ("tasks", 64, 60, 4, seed), ("chat", 1, 900, 20, seed),
                  ("chat", 64, 50, 4, seed), ("chat", 1, 900, 20, seed + 7), ("chat", 64, 50, 4, seed + 7))
-        for hist, r, steps, life, s in cells:  # prompt set, batch, steps, request life, seed
-            _simulate_hist(p, DEMO_HIST[hist], r, *DEMO_COST[r], steps=steps, seed=s, life=life, **_hidden(r))
-        ours = _simulate_hist(p, DEMO_HIST["tasks"], 1, *DEMO_COST[1], steps=250, seed=seed, warm=0, life=14,
-                              **_hidden(1))
-        best = _simulate_hist(AdaptivePolicy(15, fixed=[15]), DEMO_HIST["tasks"], 1, *DEMO_COST[1], steps=250,
-                              seed=seed, warm=0, life=14, **_hidden(1))
-        return ours / best
+        return _tasks_at_batch_1_after(cells, seed, steps=250, life=14, hidden=True)
 
     ratios = [after(s) for s in range(6)]
     print(f"tasks at batch 1 after the weak cells: adaptive / K=15 per seed {', '.join(f'{x:.3f}' for x in ratios)}")
