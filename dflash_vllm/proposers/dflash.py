@@ -71,10 +71,24 @@ class ContextQueue:
     With prefix caching (``block_size`` set), a block a request filled outlives it: vLLM keeps
     it cached, and a later request with the same prefix (a shared system prompt, the next turn
     of a chat, the same request resumed after preemption) reads its drafter context from it
-    without computing it again. So only the rows in an ended request's last, partial block (never
-    cached) are dropped; the rows of its full blocks are written like anyone's, and nothing is
-    shed (a full queue is written instead). Dropping them left those blocks' drafter K/V
-    unwritten, and every later request that hit them drafted from a garbled context.
+    without computing it again. So of an ended request's rows only those in its last, partial
+    block (never cached) are dropped at its end. (Dropping them all left those blocks' drafter
+    K/V unwritten, and every later request that hit them drafted from a garbled context.)
+    At the limit, only generated rows are shed: rows from the first block that is not all
+    prompt on (``cut``), of requests that ended and then of the oldest running ones; prompt
+    blocks, which a shared system prompt's next request hits, are always written. The queue
+    keeps a ledger of the KV blocks whose drafter context was shed (``unwritten``), from the
+    block lists vLLM's scheduler hands the runner (``schedule``: host lists, no device sync):
+    a block allocated anew to a request whose rows are written leaves it, and a new or resumed
+    request whose prefix-cache hit covers an unwritten block is incomplete from its start (its
+    rows from the hit on are never written: any request hitting them hits the unwritten block
+    too; so is one that hit a block whose rows are shed after it, ``_mark``). The price: the
+    next turn of a chat whose reply was shed (a run of K = 0 steps long enough to fill the
+    queue) is never drafted for, nor is a seeded request that hits such a block (so its output
+    is reproducible only with the same history of shedding). What it saves (session 22,
+    ``dflash-vllm bench profile k0 --concurrency 64 --prompt-set chat``, cProfile over 49 steps):
+    the proposer's K = 0 work 2.75 -> 2.10 ms per step, context writes 6 -> 2 (the two left are
+    bursts of 64 prompts, written at once); on a step of ~28 ms, inside the bench's noise.
     """
 
     def __init__(self, block_size: int | None = None):
@@ -89,18 +103,132 @@ class ContextQueue:
         self.protected: set[str] = set()
         self._ended: dict[str, int] = {}  # req_id -> the step at which it was seen ended
         self._step = 0
+        # Prefix caching: the ledger of blocks whose drafter context was shed (see the class).
+        # ``ledger`` is off until the proposer finds the KV cache group of its layers.
+        self.ledger = False
+        self.unwritten: set[int] = set()  # KV block ids holding drafter context never written
+        self.hit_unwritten = 0  # requests incomplete from their start (a prefix hit on an unwritten block)
+        self._blocks: dict[str, list[int]] = {}  # req_id -> its block ids (the drafter's KV cache group)
+        self._prompt_len: dict[str, int] = {}
+        self._owner: dict[int, str] = {}  # block id -> the request that computed it (allocated it anew)
+        self._cut: dict[str, int] = {}  # incomplete req_id -> the first position whose row is never written
+        self._gone: set[str] = set()  # ended requests whose rows may still be queued
+        self._started: dict[str, int] = {}  # req_id -> the step it started or resumed at
+        self._hits: dict[str, tuple[int, list[int]]] = {}  # req_id -> (its prefix-cache hit, the blocks hit)
+        self._readers: dict[int, set[str]] = {}  # block id -> running requests that hit it
 
     def end(self, *id_sets) -> None:
         """A new step; the ids in ``id_sets`` finished or were preempted since the last: their
         queued rows are never read (and a preempted request writes its whole context again
         when it resumes, so it is complete again)."""
         self._step += 1
-        for ids in id_sets:
+        for i, ids in enumerate(id_sets):
             if self.entries:
                 for r in ids or ():
                     self._ended[r] = self._step
+            elif ids and self._blocks:
+                self._forget(ids, prompts=i == 0)  # a preempted one resumes: its prompt length stays
             if self.incomplete and ids:
                 self.incomplete.difference_update(ids)
+                for r in ids:
+                    self._cut.pop(r, None)
+
+    # -- the ledger of unwritten blocks (prefix caching) ------------------------------------
+    def schedule(self, new_reqs, cached, group: int = 0) -> None:
+        """The blocks vLLM's scheduler allocated this step (``SchedulerOutput``'s
+        ``scheduled_new_reqs`` and ``scheduled_cached_reqs``; ``group``: the KV cache group of
+        the drafter's layers). A block allocated anew leaves ``unwritten`` if its request's rows
+        are written and joins it if they are not; a request that starts (or resumes) with a
+        prefix-cache hit on an unwritten block is incomplete from there on."""
+        if not self.ledger:
+            return
+        for nr in new_reqs:
+            prompt = nr.prompt_token_ids
+            self._start(nr.req_id, list(nr.block_ids[group]) if nr.block_ids else [], nr.num_computed_tokens,
+                        len(prompt) if prompt is not None else None)
+        if cached is None or not cached.req_ids:
+            return
+        resumed = cached.resumed_req_ids
+        for i, (rid, nb) in enumerate(zip(cached.req_ids, cached.new_block_ids)):
+            if resumed and rid in resumed:
+                self._start(rid, list(nb[group]) if nb else [], cached.num_computed_tokens[i], self._prompt_len.get(rid))
+            elif nb and nb[group]:
+                blocks = self._blocks.get(rid)
+                if blocks is None:  # a request from before the ledger: its earlier blocks unknown
+                    continue
+                blocks.extend(nb[group])
+                self._fresh(rid, nb[group])
+
+    def _start(self, rid: str, blocks: list[int], hit: int, prompt_len: int | None) -> None:
+        self._gone.discard(rid)  # resumed: its rows queued before are a running request's again
+        self._started[rid] = self._step
+        self._blocks[rid] = blocks
+        if prompt_len is not None:
+            self._prompt_len[rid] = prompt_len
+        n_hit = -(-hit // self.block_size)
+        unw = self.unwritten
+        self._unread(rid)
+        if unw and any(b in unw for b in blocks[:n_hit]):
+            self._hit_unwritten(rid, hit)
+        elif n_hit:  # if a block it hit is shed later (its owner's rows were still queued): see _mark
+            self._hits[rid] = (hit, blocks[:n_hit])
+            for b in blocks[:n_hit]:
+                self._readers.setdefault(b, set()).add(rid)
+        self._fresh(rid, blocks[n_hit:])
+
+    def _hit_unwritten(self, rid: str, hit: int) -> None:
+        self.incomplete.add(rid)
+        self._cut[rid] = hit
+        self.hit_unwritten += 1
+
+    def _unread(self, rid: str) -> None:
+        h = self._hits.pop(rid, None)
+        if h is not None:
+            for b in h[1]:
+                readers = self._readers.get(b)
+                if readers is not None:
+                    readers.discard(rid)
+                    if not readers:
+                        del self._readers[b]
+
+    def _fresh(self, rid: str, blocks) -> None:
+        """Blocks allocated anew to ``rid``: its rows will be written there, or not (incomplete)."""
+        owner, unw = self._owner, self.unwritten
+        if rid in self.incomplete:
+            unw.update(blocks)
+        elif unw:
+            unw.difference_update(blocks)
+        for b in blocks:
+            owner[b] = rid
+
+    def _mark(self, rid: str, cut: int) -> None:
+        """``rid``'s rows from position ``cut`` on are never written: its blocks from there on
+        (those it computed, not since allocated to another) are unwritten."""
+        owner, unw = self._owner, self.unwritten
+        new = [b for b in self._blocks.get(rid, ())[cut // self.block_size:] if owner.get(b) == rid and b not in unw]
+        unw.update(new)
+        for b in new:  # running requests that hit it while its rows were queued read it too
+            for reader in self._readers.pop(b, ()):
+                h = self._hits.get(reader)
+                if h is not None and reader not in self.incomplete and reader in self._blocks and reader not in self._gone:
+                    self._unread(reader)
+                    self._hit_unwritten(reader, h[0])
+                    self._mark(reader, h[0])  # its own blocks: never written from now on
+
+    def _cut_of(self, rid: str) -> int | None:
+        """Where ``rid``'s generated rows start, rounded down to a block boundary (the block with
+        the prompt's tail holds generated tokens too: only a request with the same reply hits it),
+        or None if its prompt length is unknown."""
+        n = self._prompt_len.get(rid)
+        return None if n is None or rid not in self._blocks else n // self.block_size * self.block_size
+
+    def _forget(self, rids, prompts: bool = True) -> None:
+        for r in rids:
+            self._blocks.pop(r, None)
+            self._unread(r)
+            if prompts:
+                self._prompt_len.pop(r, None)
+                self._started.pop(r, None)
 
     def add(self, features, positions, slot_mapping, req_ids: list[str], counts: np.ndarray,
             starts: np.ndarray | None = None) -> None:
@@ -112,14 +240,27 @@ class ContextQueue:
             else:
                 self._length.update(zip(req_ids, (starts + counts).tolist()))
         e = (self._step, features, positions, slot_mapping, req_ids, counts, starts)
-        inc = self.incomplete
-        if inc and any(r in inc for r in req_ids):  # nobody will read an incomplete request's rows
-            e = _subset(e, np.fromiter((r not in inc for r in req_ids), dtype=bool, count=len(req_ids)))
+        keep = self.needed(req_ids, counts, starts)  # nobody will read an incomplete request's rows
+        if keep is not None:  # (with prefix caching: its rows before its cut are read)
+            e = _subset(e, keep, per_row=True)
             self.shed_rows += features.shape[0] - (e[1].shape[0] if e is not None else 0)
             if e is None:
                 return
         self.entries.append(e)
         self.rows += e[1].shape[0]
+
+    def needed(self, req_ids: list[str], counts: np.ndarray, starts: np.ndarray | None) -> np.ndarray | None:
+        """Which of a step's rows ``add`` would keep (a mask over rows), or None for all: the rows
+        of incomplete requests (from their cut on, with prefix caching) are dropped before the
+        features are even gathered (at batch 64, most of a K = 0 step's rows once they are shed)."""
+        inc = self.incomplete
+        if not inc or not any(r in inc for r in req_ids):
+            return None
+        live = np.fromiter((r not in inc for r in req_ids), dtype=bool, count=len(req_ids))
+        if self._cut and starts is not None:
+            cut = np.array([self._cut.get(r, 0) for r in req_ids])
+            return np.repeat(live, counts) | (_row_positions(counts, starts) < np.repeat(cut, counts))
+        return np.repeat(live, counts)
 
     def prune(self) -> None:
         """Drop the rows of requests that ended after their rows were queued (with prefix
@@ -133,12 +274,18 @@ class ContextQueue:
             bs, length = self.block_size, self._length
             cached = {r: length.pop(r, 0) // bs * bs for r in ended}  # rows below: in full blocks
             self.dropped += self._keep(lambda r, step: ended.get(r, -1) <= step, cached)
+            if self.ledger:  # their rows in full blocks stay queued: shed first (shed); not one resumed since
+                started = self._started
+                self._gone.update(r for r, step in ended.items() if started.get(r, -1) <= step)
         ended.clear()
 
     def shed(self, max_rows: int) -> None:
         """Shed whole requests' rows, oldest first, until at most ``max_rows`` stay queued; those
-        requests become incomplete. Not with prefix caching (see the class)."""
+        requests become incomplete. With prefix caching, their generated rows only, those of
+        requests that ended first, and only with the ledger on (see the class)."""
         if self.block_size is not None:
+            if self.ledger:
+                self._shed_generated(max_rows)
             return
         per_req: dict[str, int] = {}  # in order of first queued row
         for e in self.entries:
@@ -156,6 +303,45 @@ class ContextQueue:
             self.shed_requests += len(victims)
             self.shed_rows += self._keep(lambda r, step: r not in victims)
 
+    def _shed_generated(self, max_rows: int) -> None:
+        """Prefix caching: shed the rows at or after each request's ``_cut_of`` (its generated
+        rows), ended requests first, then the oldest running ones, until at most ``max_rows``
+        stay queued; their blocks from there on are unwritten, and the running ones incomplete."""
+        rows_after: dict[str, int] = {}  # in order of first queued row
+        cuts: dict[str, int] = {}
+        started = self._started
+        for e in self.entries:
+            counts, starts = e[5], e[6]
+            if starts is None:
+                continue
+            for r, n, s0 in zip(e[4], counts.tolist(), starts.tolist()):
+                c = cuts.get(r)
+                if c is None:
+                    c = self._cut_of(r) if r and r not in self.protected else None
+                    c = cuts[r] = -1 if c is None else c
+                if c >= 0 and e[0] >= started.get(r, 0):  # rows of its life now (see below)
+                    rows_after[r] = rows_after.get(r, 0) + max(0, s0 + n - max(s0, c))
+        gone = self._gone
+        order = [r for r in rows_after if r in gone] + [r for r in rows_after if r not in gone]
+        rows, victims = self.rows, {}
+        for r in order:
+            if rows <= max_rows:
+                break
+            if rows_after[r]:
+                victims[r] = cuts[r]
+                rows -= rows_after[r]
+        if not victims:
+            return
+        for r, c in victims.items():
+            self._mark(r, c)
+            if r not in gone:
+                self.incomplete.add(r)
+                self._cut[r] = c
+                self.shed_requests += 1
+        # Rows a preempted request queued before it resumed stay (in full blocks, see prune): its
+        # blocks then are not the ones the ledger marks now, and a later request may hit them.
+        self.shed_rows += self._keep(lambda r, step: r not in victims or step < started.get(r, 0), victims)
+
     def _keep(self, live_fn, cached: dict[str, int] | None = None) -> int:
         """Keep the rows whose (request, step queued) pass ``live_fn``, and of the others those
         at positions below ``cached[request]``; the number dropped."""
@@ -167,9 +353,7 @@ class ContextQueue:
                 counts, starts = e[5], e[6]
                 limit = np.array([cached.get(r, 0) for r in req_ids])
                 # rows of a request that ended: kept while their position is below its limit
-                first = np.cumsum(counts) - counts
-                pos = np.repeat(starts - first, counts) + np.arange(int(counts.sum()))
-                live = np.repeat(live, counts) | (pos < np.repeat(limit, counts))
+                live = np.repeat(live, counts) | (_row_positions(counts, starts) < np.repeat(limit, counts))
                 e = _subset(e, live, per_row=True)
             else:
                 e = _subset(e, live)
@@ -187,11 +371,20 @@ class ContextQueue:
         entries = self.entries
         self.entries, self.rows = [], 0
         self._length.clear()
+        if self._gone:
+            self._forget(self._gone)
+            self._gone.clear()
         if not entries:
             return None
         if len(entries) == 1:
             return entries[0][1:4]
         return tuple(torch.cat([e[i] for e in entries]) for i in (1, 2, 3))
+
+
+def _row_positions(counts: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Each row's position, for rows queued ``counts[i]`` per request from ``starts[i]`` on."""
+    first = np.cumsum(counts) - counts
+    return np.repeat(starts - first, counts) + np.arange(int(counts.sum()))
 
 
 def _subset(entry: tuple, live: np.ndarray, per_row: bool = False) -> tuple | None:
@@ -241,6 +434,7 @@ class DFlashProposer(SpecDecodeBaseProposer):
         self._pending_k: np.ndarray | None = None
         cache = vllm_config.cache_config
         self._ctx_queue = ContextQueue(cache.block_size if cache.enable_prefix_caching else None)
+        self._kv_group: int | None = None  # the KV cache group of the drafter's layers (prefix caching)
         self._skipped_step = False  # this step's plan: no drafts for anyone
         self._draft_timing: tuple | None = None
         self._flush_s = 0.0  # context K/V written within the current drafting call
@@ -293,7 +487,8 @@ class DFlashProposer(SpecDecodeBaseProposer):
     def stats(self) -> dict:
         return {"drafter_forwards": self.num_drafter_forwards, "skipped_forwards": self.num_skipped_forwards,
                 "submitted_hist": self.submitted_hist.tolist(), "context_rows_dropped": self._ctx_queue.dropped,
-                "context_rows_shed": self._ctx_queue.shed_rows, "requests_shed": self._ctx_queue.shed_requests}
+                "context_rows_shed": self._ctx_queue.shed_rows, "requests_shed": self._ctx_queue.shed_requests,
+                "requests_hit_unwritten": self._ctx_queue.hit_unwritten, "blocks_unwritten": len(self._ctx_queue.unwritten)}
 
     def _observe_verified(self, result, scheduler_output, *args, **kwargs) -> None:
         """After vLLM's bookkeeping (host lists already there, no sync added): accepted drafts
@@ -344,7 +539,14 @@ class DFlashProposer(SpecDecodeBaseProposer):
         plain-decode path (``_plain_when_undrafted``): no rejection sampler."""
         runner = self._runner
         self._skipped_step, self._plan_start = False, None
-        self._ctx_queue.end(scheduler_output.finished_req_ids, scheduler_output.preempted_req_ids)
+        queue = self._ctx_queue
+        queue.end(scheduler_output.finished_req_ids, scheduler_output.preempted_req_ids)
+        if queue.block_size is not None:
+            if self._kv_group is None:
+                self._kv_group = self._find_kv_group(runner)
+            if queue.ledger:
+                queue.schedule(scheduler_output.scheduled_new_reqs, scheduler_output.scheduled_cached_reqs,
+                               self._kv_group)
         k_max = scheduler_output.num_spec_tokens_to_schedule
         n = scheduler_output.total_num_scheduled_tokens
         if k_max and n and runner.input_batch.num_reqs:
@@ -353,11 +555,27 @@ class DFlashProposer(SpecDecodeBaseProposer):
             # Under async scheduling the skipped preparation would also feed the next step's
             # input corrections; there K is fixed anyway (the policy is off).
             if (q == 0 and aux_hidden_states is not None and runner.valid_sampled_token_count_event is None):
-                features = torch.cat([h[:n] for h in aux_hidden_states], dim=-1)
                 qsl = common_attn_metadata.query_start_loc_cpu[: num_reqs + 1].numpy()
-                owners = (runner.input_batch.req_ids[:num_reqs], qsl[1:] - qsl[:-1],
-                          runner.input_batch.num_computed_tokens_cpu[:num_reqs].copy())  # first positions
-                self._skip_forward(features, runner._get_positions(n), common_attn_metadata.slot_mapping, n, owners)
+                req_ids, counts = runner.input_batch.req_ids[:num_reqs], qsl[1:] - qsl[:-1]
+                starts = runner.input_batch.num_computed_tokens_cpu[:num_reqs].copy()  # first positions
+                positions, slots = runner._get_positions(n), common_attn_metadata.slot_mapping[:n]
+                keep = queue.needed(req_ids, counts, starts)
+                if keep is None:
+                    features = torch.cat([h[:n] for h in aux_hidden_states], dim=-1)
+                else:  # rows of incomplete requests (ContextQueue): never copied
+                    rows = np.flatnonzero(keep)
+                    queue.shed_rows += n - len(rows)
+                    kept = np.bincount(np.repeat(np.arange(num_reqs), counts)[keep], minlength=num_reqs)
+                    sel = kept > 0
+                    req_ids, counts, starts = [r for r, x in zip(req_ids, sel) if x], kept[sel], starts[sel]
+                    idx = torch.from_numpy(rows).to(positions.device)
+                    n = len(rows)
+                    features = torch.cat([h[idx] for h in aux_hidden_states], dim=-1) if n else None
+                    positions, slots = positions[idx], slots[idx]
+                if n:
+                    self._skip_forward(features, positions, slots, n, (req_ids, counts, starts))
+                else:
+                    self.num_skipped_forwards += 1
                 self._skipped_step = True  # nothing to hand the scheduler (see _take_drafts)
                 self._call_end = time.perf_counter()
                 self._overhead = self._call_end - self._plan_start
@@ -383,6 +601,23 @@ class DFlashProposer(SpecDecodeBaseProposer):
                 # inside it (a drafted step's own cost: 7 % of a step at batch 1 on the demo pair,
                 # K = 15); the rows K = 0 steps deferred stay out (see _flush_queue).
                 self._draft_timing = ("cpu", t0 + self._flush_s, self._call_end, t[3])
+
+    def _find_kv_group(self, runner) -> int:
+        """The KV cache group holding every drafter layer (its block ids are the ones the
+        context ledger follows, ContextQueue.schedule), and the ledger on; -1 and the ledger off
+        if there is none (then nothing of a prefix-cached block is ever shed)."""
+        names = getattr(self, "_draft_attn_layer_names", None)
+        groups = getattr(getattr(runner, "kv_cache_config", None), "kv_cache_groups", None)
+        if not names or not groups:
+            return -1
+        found = [i for i, g in enumerate(groups) if names & set(g.layer_names)]
+        if len(found) != 1 or not names <= set(groups[found[0]].layer_names):
+            return -1
+        bs = getattr(groups[found[0]].kv_cache_spec, "block_size", None)
+        if not bs:
+            return -1
+        self._ctx_queue.block_size, self._ctx_queue.ledger = int(bs), True
+        return found[0]
 
     def _plan(self, num_reqs: int, num_tokens: int, k_max: int, sampling_metadata) -> int:
         """The plan of this step (drafts per request), after handing the policy its clocks: the

@@ -192,3 +192,67 @@ def test_prefix_cached_blocks_hold_the_drafter_context_after_k0_steps(tmp_path):
     res = json.loads(out.stdout.strip().splitlines()[-1])
     assert res["num_cached_tokens"] >= res["block_size"], res  # the prompt did hit the prefix cache
     assert res["max_ref"] > 0.1 and res["max_diff"] < 1e-4, res
+
+
+_SHED_UNDER_PREFIX_CACHING = r"""
+import json, os, sys
+os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine in this process: its proposer at hand
+from dflash_vllm import envs
+from dflash_vllm.proposers import dflash as prop
+from vllm import LLM, SamplingParams
+from vllm.inputs import TokensPrompt
+
+demo = sys.argv[1]
+envs.set(envs.FIXED_K, 0)
+prop._MAX_DEFERRED = 256  # a run of K = 0 steps fills the queue within ~60 steps of 4 requests
+if __name__ == "__main__":
+    llm = LLM(model=os.path.join(demo, "target"), dtype="float32", enforce_eager=True, skip_tokenizer_init=True,
+              speculative_config={"method": "dflash", "model": os.path.join(demo, "drafter"), "num_speculative_tokens": 15},
+              kv_cache_memory_bytes=2**28, max_num_seqs=4, max_model_len=1024, enable_prefix_caching=True)
+    runner = llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.worker.model_runner
+    proposer = runner.drafter
+    bs = runner.cache_config.block_size
+    # 300 prompt tokens and 220 generated: blocks 0-1 prompt, 2 the prompt's tail and the reply, 3 reply.
+    # (vLLM leaves a speculator's last hit block out of a hit: the next turn hits blocks 0-2.)
+    sp = SamplingParams(max_tokens=220, temperature=0.0, ignore_eos=True)
+    prompts = [[5 + (i * (37 + 2 * r)) % 700 for i in range(300)] for r in range(4)]
+    first = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sp, use_tqdm=False)
+    after_k0 = proposer.stats()
+    proposer.policy.fixed = [15]
+
+    def phase(ps):
+        h0 = proposer.submitted_hist.copy()
+        outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in ps], SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True), use_tqdm=False)
+        return (proposer.submitted_hist - h0).tolist(), [o.num_cached_tokens for o in outs]
+
+    # The next turn of each: its prompt and reply, and more; its prefix hit covers its reply's blocks.
+    turns, turn_cached = phase([p + list(o.outputs[0].token_ids) + [9, 10, 11] for p, o in zip(prompts, first)])
+    after_turns = proposer.stats()
+    again, again_cached = phase(prompts)  # the same prompts again: they hit prompt blocks only
+    print(json.dumps({"block_size": bs, "after_k0": after_k0, "after_turns": after_turns, "turns": turns,
+                      "turn_cached": turn_cached, "again": again, "again_cached": again_cached,
+                      "unwritten": sorted(proposer._ctx_queue.unwritten), "ledger": proposer._ctx_queue.ledger}))
+"""
+
+
+def test_with_prefix_caching_k0_steps_shed_replies_and_their_next_turn_is_not_drafted_for(tmp_path):
+    """With prefix caching (vLLM's default) a long run of K = 0 steps sheds generated context
+    rows (the ledger on: the drafter's KV cache group found, vLLM's block lists followed);
+    the next turn of a chat whose reply was shed hits those blocks and is never drafted for,
+    while requests that hit only prompt blocks are drafted for as usual."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "shed_under_prefix_caching.py"
+    script.write_text(_SHED_UNDER_PREFIX_CACHING)
+    out = subprocess.run([sys.executable, str(script), DEMO], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    print(res)
+    k0, turns, again = res["after_k0"], res["turns"], res["again"]
+    assert res["ledger"], res
+    assert k0["requests_shed"] >= 1 and k0["blocks_unwritten"] >= 1 and k0["drafter_forwards"] == 0, k0
+    assert min(res["turn_cached"]) >= 3 * res["block_size"], res  # the turns hit their replies' blocks
+    assert res["after_turns"]["requests_hit_unwritten"] >= 1, res
+    assert turns[0] > 0, turns  # K pinned to 15: a decoding request submits 0 only if never drafted for
+    assert min(res["again_cached"]) >= res["block_size"] and again[0] == 0 and again[15] > 0, res

@@ -1060,3 +1060,204 @@ def test_one_slow_plain_step_does_not_set_the_plain_price():
     for _ in range(4):  # the steps really got slower
         cm.observe_step(0.025, 5)
     assert float(cm.t_verify(5)) > 0.020, float(cm.t_verify(5))
+
+
+def test_with_prefix_caching_at_the_limit_only_generated_rows_are_shed_and_their_blocks_ledgered():
+    """With prefix caching, a full queue sheds generated rows only (from the block holding the
+    prompt's tail on), of ended requests first: prompt blocks are written, the shed blocks are
+    unwritten, a request whose prefix hit covers one is never drafted for (incomplete from its
+    start), one that hits only prompt blocks is, and a block allocated anew leaves the ledger."""
+    from dflash_vllm.proposers.dflash import ContextQueue
+
+    q = ContextQueue(block_size=4)
+    q.ledger = True
+    ns = types.SimpleNamespace
+
+    def sched(new=(), cached=()):  # new: (rid, prompt_len, blocks, hit); cached: (rid, new blocks)
+        q.schedule([ns(req_id=r, prompt_token_ids=[0] * n, block_ids=(b,), num_computed_tokens=h) for r, n, b, h in new],
+                   ns(req_ids=[r for r, _ in cached], resumed_req_ids=set(), new_block_ids=[(b,) if b else None for _, b in cached],
+                      num_computed_tokens=[0] * len(cached)))
+
+    def step(batch, ended=()):  # (rid, rows, first position)
+        q.end(set(ended))
+        ids, counts, starts = [r for r, _, _ in batch], np.array([n for _, n, _ in batch]), np.array([s for _, _, s in batch])
+        pos = torch.tensor([s + j for _, n, s in batch for j in range(n)])
+        q.add(pos[:, None].float(), pos, pos, ids, counts, starts)
+
+    import torch
+
+    q.end(set())
+    sched(new=[("a", 6, [10, 11], 0), ("b", 5, [20, 21], 0)])
+    step([("a", 6, 0), ("b", 5, 0)])
+    for t in range(3):  # a: positions 6-8, b: 5-7 (a's third block at position 8)
+        q.end(set())
+        sched(cached=[("a", [12] if t == 2 else None), ("b", None)])
+        step([("a", 1, 6 + t), ("b", 1, 5 + t)])
+    q.end({"b"})  # b ended: its rows in full blocks stay queued (a later request may hit them)
+    q.prune()
+    assert q.rows == 9 + 8 and not q.incomplete
+    q.shed(11)  # b's generated rows (4-7) go first, then a's (4-8): a is incomplete
+    assert q.incomplete == {"a"} and q.rows == 4 + 4, (q.incomplete, q.rows)
+    assert q.unwritten == {11, 12, 21}, q.unwritten  # never 10 or 20: prompt blocks
+    feats, pos, slot = q.take()
+    assert pos.tolist() == [0, 1, 2, 3, 0, 1, 2, 3]  # a's and b's first blocks, all prompt
+    q.end(set())
+    sched(cached=[("a", [13])])  # a, still running, goes on in a new block: unwritten too
+    assert 13 in q.unwritten
+    q.end(set())
+    sched(new=[("c", 9, [10, 30, 31], 4),  # hits a's prompt block only: drafted for
+               ("d", 12, [20, 21, 32], 8),  # the next turn after b: hits b's shed block
+               ("e", 3, [11], 0)])  # gets block 11 anew (evicted): its rows will be written
+    assert q.incomplete == {"a", "d"} and q.hit_unwritten == 1
+    assert q.unwritten == {12, 13, 21, 32}, q.unwritten  # d's own block too; 11 left
+    step([("c", 5, 4), ("d", 4, 8), ("e", 3, 0)])
+    assert q.rows == 5 + 3 and q.shed_rows == 5 + 4 + 4  # a's and b's generated rows; d's never queued
+
+
+def test_with_prefix_caching_no_request_drafted_for_reads_context_the_queue_shed(monkeypatch):
+    """Random traffic through a small prefix cache (block size 4): requests share system prompts,
+    half the new ones are the next turn of a finished chat (their prompt is its prompt and reply
+    and more), blocks are hit, freed, evicted and allocated anew, requests are preempted and
+    resume, most steps are K = 0 steps and a small queue limit sheds. At every drafting step,
+    every request the queue has not marked incomplete reads, at every position of its context,
+    what writing every row at once would have left there (the context of its own tokens); no
+    request that hit only shared prompt blocks is ever marked incomplete; rows are shed."""
+    import random
+
+    import torch
+
+    from dflash_vllm.proposers import dflash as prop
+
+    monkeypatch.setattr(prop, "_MAX_DEFERRED", 64)
+    bs, ns = 4, types.SimpleNamespace
+    totals = {"checked": 0, "hit_unwritten": 0, "shed": 0, "hits": 0}
+    for seed in range(10):  # seed 8: a request preempted and resumed twice, shed in between
+        rng = random.Random(seed)
+        lazy = {}
+        q = prop.ContextQueue(block_size=bs)
+        q.ledger = True
+        self = ns(_ctx_queue=q, _flush_s=0.0,
+                  model=ns(write_context_kv=lambda f, p, s: lazy.update(zip(s.tolist(), f[:, 0].long().tolist()))))
+        write = types.MethodType(prop.DFlashProposer._write_context, self)
+        self._flush_queue = types.MethodType(prop.DFlashProposer._flush_queue, self)
+        free, cache, key_of, refs = list(range(120)), {}, {}, {}
+        systems = [[rng.randrange(1000) for _ in range(rng.randint(5, 13))] for _ in range(3)]
+        reqs, paused, chats, n = {}, [], [], 0
+
+        def value(toks, p):  # a row's context: a function of the tokens up to it
+            return hash(tuple(toks[: p + 1])) % (1 << 22)
+
+        def alloc():
+            b = free.pop(0)
+            if b in key_of:  # evicted from the prefix cache
+                del cache[key_of.pop(b)]
+            refs[b] = 1
+            return b
+
+        def release(r):
+            for b in reqs[r]["blocks"]:
+                refs[b] -= 1
+                if not refs[b]:
+                    free.append(b)
+
+        def start(r, toks, prompt_len):
+            blocks, hit = [], 0
+            while (hit + 1) * bs <= len(toks) - 1 and tuple(toks[: (hit + 1) * bs]) in cache:
+                b = cache[tuple(toks[: (hit + 1) * bs])]
+                if not refs.get(b):
+                    free.remove(b)
+                refs[b] = refs.get(b, 0) + 1
+                blocks.append(b)
+                hit += 1
+            need = -(-len(toks) // bs) - len(blocks)
+            if need > len(free):
+                for b in blocks:
+                    refs[b] -= 1
+                    if not refs[b]:
+                        free.append(b)
+                return None
+            blocks += [alloc() for _ in range(need)]
+            reqs[r] = {"toks": toks, "blocks": blocks, "prompt": prompt_len, "from": hit * bs}
+            totals["hits"] += hit > 0
+            return blocks, hit * bs
+
+        for step in range(400):
+            finished = {r for r in reqs if rng.random() < 0.05}
+            preempted = {r for r in reqs if r not in finished and rng.random() < 0.01}
+            for r in finished | preempted:
+                release(r)
+                if r in finished:
+                    chats.append(reqs[r]["toks"])
+                else:
+                    paused.append((r, reqs[r]["toks"], reqs[r]["prompt"]))
+                del reqs[r]
+            q.end(finished, preempted)
+            new, resumed, from_system = [], [], set()
+            for r, toks, pl in paused[:]:  # from the step after its preemption on, as vLLM's scheduler
+                if r in preempted:
+                    continue
+                got = start(r, toks, pl)
+                if got is not None:
+                    paused.remove((r, toks, pl))
+                    resumed.append((r, got))
+            while len(reqs) < 8 and rng.random() < 0.5:
+                n += 1
+                r = f"r{n}"
+                if chats and rng.random() < 0.5:  # the next turn of a finished chat
+                    toks = chats.pop(rng.randrange(len(chats))) + [rng.randrange(1000) for _ in range(rng.randint(1, 6))]
+                else:
+                    toks = systems[rng.randrange(3)] + [rng.randrange(1000) for _ in range(rng.randint(1, 8))]
+                    from_system.add(r)
+                got = start(r, toks, len(toks))
+                if got is None:
+                    break
+                new.append(ns(req_id=r, prompt_token_ids=list(toks), block_ids=(list(got[0]),), num_computed_tokens=got[1]))
+            ids, counts, starts, rows = [], [], [], []
+            cached_ids, cached_blocks = [], []
+            for r, st in reqs.items():
+                fresh = any(x.req_id == r for x in new) or any(x == r for x, _ in resumed)
+                if fresh:
+                    p0 = st["from"]
+                else:  # one decode token, in a new block when it starts one
+                    st["toks"].append(rng.randrange(1000))
+                    p0 = len(st["toks"]) - 1
+                    nb = None
+                    if p0 // bs == len(st["blocks"]):
+                        if not free:
+                            st["toks"].pop()
+                            continue
+                        nb = [alloc()]
+                        st["blocks"] += nb
+                    cached_ids.append(r)
+                    cached_blocks.append((nb,) if nb else None)
+                ids.append(r)
+                counts.append(len(st["toks"]) - p0)
+                starts.append(p0)
+                rows += [(st["blocks"][p // bs] * bs + p % bs, value(st["toks"], p)) for p in range(p0, len(st["toks"]))]
+            res_ids = [r for r, _ in resumed]
+            q.schedule(new, ns(req_ids=res_ids + cached_ids, resumed_req_ids=set(res_ids),
+                               new_block_ids=[(g[0],) for _, g in resumed] + cached_blocks,
+                               num_computed_tokens=[g[1] for _, g in resumed] + [0] * len(cached_ids)), 0)
+            assert not (from_system & q.incomplete), "a request that hit only shared prompt blocks"
+            drafted = rng.random() < 0.08
+            slots = torch.tensor([s for s, _ in rows], dtype=torch.long)
+            vals = torch.tensor([v for _, v in rows], dtype=torch.float64)
+            write(vals[:, None].repeat(1, 2), slots.clone(), slots, len(rows), defer=not drafted,
+                  owners=(ids, np.array(counts, dtype=np.int64), np.array(starts, dtype=np.int64)))
+            for r, st in reqs.items():  # full blocks enter the prefix cache
+                for i in range(len(st["toks"]) // bs):
+                    k = tuple(st["toks"][: (i + 1) * bs])
+                    if k not in cache and st["blocks"][i] not in key_of:
+                        cache[k], key_of[st["blocks"][i]] = st["blocks"][i], k
+            if drafted:
+                for r, st in reqs.items():
+                    if r in q.incomplete:
+                        continue
+                    toks, blocks = st["toks"], st["blocks"]
+                    wrong = [p for p in range(len(toks)) if lazy.get(blocks[p // bs] * bs + p % bs) != value(toks, p)]
+                    assert not wrong, f"seed {seed} step {step}: {r} reads wrong context at {wrong[:8]} of {len(toks)}"
+                    totals["checked"] += len(toks)
+        totals["hit_unwritten"] += q.hit_unwritten
+        totals["shed"] += q.shed_rows
+    assert totals["checked"] > 2000 and totals["hits"] > 50, totals
+    assert totals["hit_unwritten"] > 0 and totals["shed"] > 0, totals
