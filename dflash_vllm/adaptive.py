@@ -9,7 +9,9 @@ The model (everything is learned online, on the host, from what vLLM already bri
   no row reached that far, with one pseudo-count at the previous position's rate, the first's at
   an optimistic prior so that unexplored positions get tried; held to 16 rows per decoding
   request of the current batch, so that a long run at a large batch does not outweigh the few
-  rows a small batch brings, ``AcceptanceModel.tick``);
+  rows a small batch brings, ``AcceptanceModel.tick``; cut to a quarter when the first draft's
+  acceptance over the last ~2 verify steps' rows is off g(1) by more than 0.4, a change of
+  workload, ``AcceptanceModel.observe``);
   ``rho_i = (acc_i + m) / (exp_i + m)`` is the request's recent accepted drafts over the number
   the server-wide curve expected for the same verify steps, shrunk toward 1 by m pseudo-counts (recent = decayed by ``request_decay``
   per verify step). rho scales the first position only: the deeper rates g(l) are already
@@ -174,7 +176,8 @@ class AcceptanceModel:
     def __init__(self, k_max: int, prior_rate: float = 0.8, prior_weight: float = 2.0, decay: float = 0.99,
                  row_decay: float = 0.995, request_decay: float = 0.85, request_prior: float = 2.0,
                  max_rate: float = 0.98, chain: float = 1.0, unreached_decay: float = 0.9,
-                 rows_per_request: float = 16.0):
+                 rows_per_request: float = 16.0, shift_decay: float = 0.7, shift_gap: float = 0.4,
+                 shift_keep: float = 0.25, shift_min: float = 1.6):
         self.k_max = k_max
         self.rows_per_request = rows_per_request
         self.prior_rate, self.decay, self.row_decay, self.max_rate = prior_rate, decay, row_decay, max_rate
@@ -186,6 +189,11 @@ class AcceptanceModel:
         self.requests: dict[str, list[float]] = {}  # req_id -> [decayed accepted, decayed expected]
         self.verified_steps = 0  # verify steps observed (a plan made before one is out of date)
         self.last_accepted = 0  # drafts accepted, all rows, in the latest verify step
+        # A change of workload (see observe): first drafts verified / accepted over the last few
+        # verify steps (decayed by ``shift_decay`` per step), and how many changes were seen.
+        self.shift_decay, self.shift_gap, self.shift_keep, self.shift_min = shift_decay, shift_gap, shift_keep, shift_min
+        self._first = [0.0, 0.0]
+        self.shifts = 0
 
     def rates(self) -> np.ndarray:
         """g(j), j = 1..K: each position's evidence, with ``chain`` pseudo-counts at the rate of
@@ -213,6 +221,21 @@ class AcceptanceModel:
         # Forgetting per verified row as well as per step (``tick``): the curve follows a change
         # of workload within ~200 rows or ~100 steps, whichever comes first.
         w = self.row_decay ** len(req_ids)
+        # A change of workload: the first draft's acceptance over the last few verify steps
+        # (>= shift_min first drafts) off the curve's g(1) by more than shift_gap. The first
+        # position is the clean signal (the deeper ones are bursty: tasks prompts at batch 1
+        # accept 0-2 or 13-15 of 15); then only shift_keep of the old evidence stays. Without it,
+        # chat prompts at batch 1 after task prompts moved g(1) from 0.98 by ~1/17 per step (16
+        # rows of evidence per decoding request), and the policy drafted on for ~25 steps at a
+        # real g(1) of ~0.25 (session 22, bench profile trace).
+        f, rows = self._first, len(req_ids)
+        keep = self.shift_decay if f[0] <= 2 * rows else self.shift_decay * 2 * rows / f[0]  # ~2 steps of this batch at most
+        f[0] = keep * f[0] + rows
+        f[1] = keep * f[1] + int(np.count_nonzero(a))
+        if f[0] >= self.shift_min and abs(f[1] / f[0] - g[0]) > self.shift_gap:
+            w *= self.shift_keep
+            f[0] = f[1] = 0.0
+            self.shifts += 1
         self.reached *= w
         self.accepted *= w
         # Positions no row reached this step age faster: after prompts the drafter knows, the deep

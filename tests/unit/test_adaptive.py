@@ -314,6 +314,32 @@ def test_drafts_again_at_batch_1_soon_after_a_long_run_at_batch_64_without_draft
     assert short >= 0.9 and long >= 0.88
 
 
+def test_stops_drafting_within_a_few_steps_when_the_first_draft_stops_being_accepted():
+    """Chat at batch 1 after tasks at batch 1 and 64 (the full check's chat c = 1 cell after the
+    strong cells; in the engine 0.78-0.80 of K = 0 in session 21's two runs): the curve held 16
+    rows of g(1) ~0.98 and moved by ~1/17 per verified row, so the policy drafted for ~20 of the
+    first 35 steps at a real g(1) of ~0.25. With the change of workload detected on the first
+    draft's recent acceptance (``AcceptanceModel.observe``), the old evidence is cut to a
+    quarter: 5 drafted steps, and 0.944 of K = 0 over 300 steps against 0.893 without (six seeds,
+    the engine's hidden costs; with ``shift_gap`` out of reach this test fails)."""
+    def chat_after(seed):
+        p = AdaptivePolicy(15)
+        for hist, r, n, lf in (("tasks", 1, 200, 40), ("tasks", 64, 60, 4)):
+            _simulate_hist(p, DEMO_HIST[hist], r, *DEMO_COST[r], steps=n, seed=seed, life=lf, **_hidden(r))
+        shifts = p.acceptance.shifts
+        ours = _simulate_hist(p, DEMO_HIST["chat"], 1, *DEMO_COST[1], steps=300, seed=seed, warm=0, life=20,
+                              **_hidden(1))
+        k0 = _simulate_hist(AdaptivePolicy(15, fixed=[0]), DEMO_HIST["chat"], 1, *DEMO_COST[1], steps=300, seed=seed,
+                            warm=0, life=20, **_hidden(1))
+        return ours / k0, p.acceptance.shifts - shifts
+
+    runs = [chat_after(s) for s in range(6)]
+    ratios = [r for r, _ in runs]
+    print(f"chat at batch 1 after tasks: adaptive / K=0 per seed {', '.join(f'{x:.3f}' for x in ratios)}; "
+          f"changes detected {[n for _, n in runs]}")
+    assert np.mean(ratios) >= 0.93 and min(ratios) >= 0.9
+
+
 def test_a_probe_is_credited_with_the_drafts_it_got_accepted():
     """vLLM 0.32 runs the DFlash drafter before its bookkeeping, so each plan comes before the
     verify of its own step is observed (``_closed_loop`` keeps that order): a probe's accepted
@@ -914,7 +940,9 @@ def test_a_plain_step_is_measured_soon_after_the_batch_moves_far():
     are measured near the new batch, drafting on prompts the drafter does not know stops sooner
     (3 seeds: 46 drafted steps of 150 against 69, 0.79 of no drafts against 0.71). The local
     price carries most of it (taken out, this test fails: 66 steps, 0.73); the anchors alone
-    add ~2 % here (without them: 49 steps, 0.77)."""
+    add ~2 % here (without them: 49 steps, 0.77). Since session 22 the acceptance curve follows
+    the change within a few steps (AcceptanceModel's shift detection), and both read far better:
+    10 drafted steps against 16, 0.942 of no drafts against 0.913."""
     seeds = (0, 1, 2)
     cover = [_after_batch_change(AdaptivePolicy.COVER_EVERY, s) for s in seeds]
     never = [_after_batch_change(10**9, s, local=False) for s in seeds]
@@ -924,7 +952,7 @@ def test_a_plain_step_is_measured_soon_after_the_batch_moves_far():
     g_cover, g_never = np.mean([g for _, g in cover]), np.mean([g for _, g in never])
     print(f"drafted steps of 150 at batch 1: {d_cover:.0f} (without: {d_never:.0f}); tok/s over no drafts "
           f"{g_cover / none:.3f} (without: {g_never / none:.3f})")
-    assert d_cover < 0.75 * d_never and g_cover > 1.05 * g_never
+    assert d_cover < 0.75 * d_never and g_cover > 1.02 * g_never and g_cover > 0.92 * none
 
 
 def test_plain_step_price_follows_the_first_plain_steps_at_a_new_batch():
