@@ -117,17 +117,17 @@ class ContextQueue:
         self._hits: dict[str, tuple[int, list[int]]] = {}  # req_id -> (its prefix-cache hit, the blocks hit)
         self._readers: dict[int, set[str]] = {}  # block id -> running requests that hit it
 
-    def end(self, *id_sets) -> None:
-        """A new step; the ids in ``id_sets`` finished or were preempted since the last: their
+    def end(self, finished=(), preempted=()) -> None:
+        """A new step; the ids in ``finished`` and ``preempted`` ended since the last: their
         queued rows are never read (and a preempted request writes its whole context again
         when it resumes, so it is complete again)."""
         self._step += 1
-        for i, ids in enumerate(id_sets):
+        for ids, gone in ((finished, True), (preempted, False)):
             if self.entries:
                 for r in ids or ():
                     self._ended[r] = self._step
             elif ids and self._blocks:
-                self._forget(ids, prompts=i == 0)  # a preempted one resumes: its prompt length stays
+                self._forget(ids, prompts=gone)  # a preempted one resumes: its prompt length stays
             if self.incomplete and ids:
                 self.incomplete.difference_update(ids)
                 for r in ids:

@@ -126,6 +126,16 @@ def test_adaptive_policy_is_lossless_and_varies_lengths(demo_workload, demo_base
     assert sum(1 for x in hist if x) >= 2, f"one length only: {hist}"
 
 
+# The demo pair in this process, prefix caching on, K up to 15 (the engine tests' scripts below).
+_DEMO_ENGINE = r"""
+def demo_engine(demo, kv_cache_bytes):
+    llm = LLM(model=os.path.join(demo, "target"), dtype="float32", enforce_eager=True, skip_tokenizer_init=True,
+              speculative_config={"method": "dflash", "model": os.path.join(demo, "drafter"), "num_speculative_tokens": 15},
+              kv_cache_memory_bytes=kv_cache_bytes, max_num_seqs=4, max_model_len=1024, enable_prefix_caching=True)
+    runner = llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.worker.model_runner
+    return llm, runner, runner.drafter
+"""
+
 _PREFIX_CACHED_CONTEXT = r'''
 import json, os, sys
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine in this process: its proposer at hand
@@ -145,12 +155,9 @@ def spy(self, features, positions, slot_mapping, num_tokens, defer, owners=None)
         deferred.append((feats[:num_tokens].clone(), positions[:num_tokens].clone(), slot_mapping[:num_tokens].clone()))
     return write(self, features, positions, slot_mapping, num_tokens, defer, owners)
 DFlashProposer._write_context = spy
+''' + _DEMO_ENGINE + r'''
 if __name__ == "__main__":
-    llm = LLM(model=os.path.join(demo, "target"), dtype="float32", enforce_eager=True, skip_tokenizer_init=True,
-              speculative_config={"method": "dflash", "model": os.path.join(demo, "drafter"), "num_speculative_tokens": 15},
-              kv_cache_memory_bytes=2**27, max_num_seqs=4, max_model_len=1024, enable_prefix_caching=True)
-    runner = llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.worker.model_runner
-    proposer = runner.drafter
+    llm, runner, proposer = demo_engine(demo, 2**27)
     sp = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
     prompt = [5 + (i * 37) % 700 for i in range(300)]  # two full blocks of 128, then a partial one
     llm.generate([TokensPrompt(prompt_token_ids=prompt)], sp, use_tqdm=False)  # K = 0: its context deferred
@@ -205,12 +212,9 @@ from vllm.inputs import TokensPrompt
 demo = sys.argv[1]
 envs.set(envs.FIXED_K, 0)
 prop._MAX_DEFERRED = 256  # a run of K = 0 steps fills the queue within ~60 steps of 4 requests
+""" + _DEMO_ENGINE + r"""
 if __name__ == "__main__":
-    llm = LLM(model=os.path.join(demo, "target"), dtype="float32", enforce_eager=True, skip_tokenizer_init=True,
-              speculative_config={"method": "dflash", "model": os.path.join(demo, "drafter"), "num_speculative_tokens": 15},
-              kv_cache_memory_bytes=2**28, max_num_seqs=4, max_model_len=1024, enable_prefix_caching=True)
-    runner = llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.worker.model_runner
-    proposer = runner.drafter
+    llm, runner, proposer = demo_engine(demo, 2**28)
     bs = runner.cache_config.block_size
     # 300 prompt tokens and 220 generated: blocks 0-1 prompt, 2 the prompt's tail and the reply, 3 reply.
     # (vLLM leaves a speculator's last hit block out of a hit: the next turn hits blocks 0-2.)
