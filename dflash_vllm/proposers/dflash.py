@@ -45,7 +45,9 @@ logger = init_logger("vllm.dflash_vllm.proposer")
 
 
 # Context tokens whose K/V write may wait for the next drafter forward (and the memory their
-# target features may hold meanwhile: 800 tokens for an 8B target with 5 feature layers).
+# target features may hold meanwhile: 800 tokens for an 8B target with 5 feature layers; rows
+# dropped from a queued step are freed once fewer than half of its rows are live, so the memory
+# held is at most twice that, see _subset).
 _MAX_DEFERRED, _MAX_DEFERRED_BYTES = 4096, 32 << 20
 
 
@@ -94,7 +96,10 @@ class ContextQueue:
     def __init__(self, block_size: int | None = None):
         self.block_size = block_size  # the KV block size with prefix caching on, else None
         self._length: dict[str, int] = {}  # req_id -> its queued rows' last position + 1 (prefix caching)
-        self.entries: list[tuple] = []  # (step, features, positions, slot_mapping, req_ids, rows per request, first position per request or None)
+        # (step, features, positions, slot_mapping, req_ids, rows per request, first position per
+        # request or None, the live rows' indices into the step's tensors or None for all: rows
+        # dropped from an entry are only forgotten, copied out once at ``take``, see _subset)
+        self.entries: list[tuple] = []
         self.rows = 0
         self.dropped = 0  # rows never written (their request ended first)
         self.shed_rows = 0  # rows never written (shed at the limit: their request became incomplete)
@@ -239,15 +244,15 @@ class ContextQueue:
                 req_ids, counts = [""], np.array([int(np.sum(counts))])
             else:
                 self._length.update(zip(req_ids, (starts + counts).tolist()))
-        e = (self._step, features, positions, slot_mapping, req_ids, counts, starts)
+        e = (self._step, features, positions, slot_mapping, req_ids, counts, starts, None)
         keep = self.needed(req_ids, counts, starts)  # nobody will read an incomplete request's rows
         if keep is not None:  # (with prefix caching: its rows before its cut are read)
             e = _subset(e, keep, per_row=True)
-            self.shed_rows += features.shape[0] - (e[1].shape[0] if e is not None else 0)
+            self.shed_rows += _num_rows(features) - (_live_rows(e) if e is not None else 0)
             if e is None:
                 return
         self.entries.append(e)
-        self.rows += e[1].shape[0]
+        self.rows += _live_rows(e)
 
     def needed(self, req_ids: list[str], counts: np.ndarray, starts: np.ndarray | None) -> np.ndarray | None:
         """Which of a step's rows ``add`` would keep (a mask over rows), or None for all: the rows
@@ -347,7 +352,7 @@ class ContextQueue:
         at positions below ``cached[request]``; the number dropped."""
         kept, rows, dropped = [], 0, 0
         for e in self.entries:
-            step, features, req_ids = e[0], e[1], e[4]
+            step, req_ids, before = e[0], e[4], _live_rows(e)
             live = np.fromiter((live_fn(r, step) for r in req_ids), dtype=bool, count=len(req_ids))
             if cached is not None and not live.all():
                 counts, starts = e[5], e[6]
@@ -357,8 +362,8 @@ class ContextQueue:
                 e = _subset(e, live, per_row=True)
             else:
                 e = _subset(e, live)
-            n = e[1].shape[0] if e is not None else 0
-            dropped += features.shape[0] - n
+            n = _live_rows(e) if e is not None else 0
+            dropped += before - n
             if e is not None:
                 kept.append(e)
                 rows += n
@@ -376,9 +381,79 @@ class ContextQueue:
             self._gone.clear()
         if not entries:
             return None
-        if len(entries) == 1:
-            return entries[0][1:4]
-        return tuple(torch.cat([e[i] for e in entries]) for i in (1, 2, 3))
+        e = entries[0]
+        if len(entries) == 1 and e[7] is None and not isinstance(e[1], _Parts):
+            return e[1:4]
+        return _gather_features(entries), _gather(entries, 2), _gather(entries, 3)
+
+
+class _Parts(tuple):
+    """A step's target features as the target handed them over, one tensor per feature layer
+    (rows x that layer's width), not yet concatenated: on a K = 0 step (CPU) the proposer
+    queues them so, held by reference, and the one copy is made at ``take``, of the rows
+    still live then. Concatenating them at once (``torch.cat`` of every row of every K = 0
+    step, most of which, at batch 64, are never written) was 0.7 ms of a ~35 ms step under
+    cProfile (session 23, ``bench profile k0 --concurrency 64 --prompt-set chat``)."""
+
+
+def _num_rows(features) -> int:
+    return (features[0] if isinstance(features, _Parts) else features).shape[0]
+
+
+def _row_bytes(features) -> int:
+    parts = features if isinstance(features, _Parts) else (features,)
+    return sum(p.shape[-1] * p.element_size() for p in parts)
+
+
+def _dense(features) -> torch.Tensor:
+    """One [rows, width] tensor (the features of every layer side by side)."""
+    return torch.cat(features, dim=-1) if isinstance(features, _Parts) else features
+
+
+def _live_rows(entry: tuple) -> int:
+    sel = entry[7]
+    return _num_rows(entry[1]) if sel is None else len(sel)
+
+
+def _gather(entries: list[tuple], i: int) -> torch.Tensor:
+    """Field ``i`` (positions, slot mapping) of every entry's live rows, in order."""
+    out = []
+    for e in entries:
+        t, sel = e[i], e[7]
+        out.append(t if sel is None else t[torch.from_numpy(sel).to(t.device)])
+    return out[0] if len(out) == 1 else torch.cat(out)
+
+
+def _gather_features(entries: list[tuple]) -> torch.Tensor:
+    """Every entry's live feature rows, in order, in one [rows, width] tensor: one ``torch.cat``
+    per feature layer into its columns (at batch 1 a queue holds hundreds of one-row steps;
+    a copy per step and layer cost ~4x the concatenation)."""
+    first = entries[0][1]
+    parts = [first] if not isinstance(first, _Parts) else list(first)
+    ref = parts[0]
+    out = torch.empty(sum(_live_rows(e) for e in entries), sum(p.shape[-1] for p in parts), dtype=ref.dtype,
+                      device=ref.device)
+    idx = [None if e[7] is None else torch.from_numpy(e[7]).to(ref.device) for e in entries]
+    c = 0
+    for j, p in enumerate(parts):
+        w = p.shape[-1]
+        rows = []
+        for e, ix in zip(entries, idx):
+            t = e[1][j] if isinstance(e[1], _Parts) else e[1]
+            rows.append(t if ix is None else t[ix])
+        torch.cat(rows, dim=0, out=out[:, c:c + w])
+        c += w
+    return out
+
+
+def _held(aux_hidden_states, n: int):
+    """The first ``n`` rows of the target's feature layers, to be queued by a K = 0 step: by
+    reference (``_Parts``, no copy) where the target handed over tensors of its own, fresh
+    each forward (CPU, eager or compiled: no graph replays into static buffers); else copied
+    (concatenated), as a buffer a later step writes into cannot be held."""
+    if all(h.device.type == "cpu" and h._base is None for h in aux_hidden_states):
+        return _Parts(h[:n] for h in aux_hidden_states)
+    return torch.cat([h[:n] for h in aux_hidden_states], dim=-1)
 
 
 def _row_positions(counts: np.ndarray, starts: np.ndarray) -> np.ndarray:
@@ -389,21 +464,32 @@ def _row_positions(counts: np.ndarray, starts: np.ndarray) -> np.ndarray:
 
 def _subset(entry: tuple, live: np.ndarray, per_row: bool = False) -> tuple | None:
     """A queued step (see ContextQueue.entries) cut to the requests in ``live`` (``per_row``: to
-    the rows in it, a request keeping its first rows); None if none."""
+    the rows in it, a request keeping its first rows); None if none. The tensors are not
+    copied: the entry keeps the indices of its live rows (``take`` copies them out once),
+    unless fewer than half of the step's rows are left, which are then copied out now (so an
+    entry never holds more than twice its live rows' memory)."""
     if live.all():
         return entry
     if not live.any():
         return None
-    step, features, positions, slots, req_ids, counts, starts = entry
+    step, features, positions, slots, req_ids, counts, starts, sel = entry
     if per_row:  # rows kept per request (a prefix of its rows: the ones in full blocks)
         rows = live
         kept = np.bincount(np.repeat(np.arange(len(counts)), counts)[rows], minlength=len(counts))
         keep = kept > 0
     else:
         rows, kept, keep = np.repeat(live, counts), counts, live
-    idx = torch.from_numpy(np.flatnonzero(rows)).to(features.device)
-    return (step, features[idx], positions[idx], slots[idx], [r for r, x in zip(req_ids, keep) if x], kept[keep],
-            None if starts is None else starts[keep])
+    idx = np.flatnonzero(rows)
+    sel = idx if sel is None else sel[idx]
+    if 2 * len(sel) < _num_rows(features):
+        t = torch.from_numpy(sel).to(positions.device)
+        if isinstance(features, _Parts):
+            features = _Parts(p[t] for p in features)
+        else:
+            features = features[t]
+        positions, slots, sel = positions[t], slots[t], None
+    return (step, features, positions, slots, [r for r, x in zip(req_ids, keep) if x], kept[keep],
+            None if starts is None else starts[keep], sel)
 
 
 class DFlashProposer(SpecDecodeBaseProposer):
@@ -561,7 +647,7 @@ class DFlashProposer(SpecDecodeBaseProposer):
                 positions, slots = runner._get_positions(n), common_attn_metadata.slot_mapping[:n]
                 keep = queue.needed(req_ids, counts, starts)
                 if keep is None:
-                    features = torch.cat([h[:n] for h in aux_hidden_states], dim=-1)
+                    features = _held(aux_hidden_states, n)
                 else:  # rows of incomplete requests (ContextQueue): never copied
                     rows = np.flatnonzero(keep)
                     queue.shed_rows += n - len(rows)
@@ -570,7 +656,7 @@ class DFlashProposer(SpecDecodeBaseProposer):
                     req_ids, counts, starts = [r for r, x in zip(req_ids, sel) if x], kept[sel], starts[sel]
                     idx = torch.from_numpy(rows).to(positions.device)
                     n = len(rows)
-                    features = torch.cat([h[idx] for h in aux_hidden_states], dim=-1) if n else None
+                    features = _Parts(h[idx] for h in aux_hidden_states) if n else None
                     positions, slots = positions[idx], slots[idx]
                 if n:
                     self._skip_forward(features, positions, slots, n, (req_ids, counts, starts))
@@ -690,7 +776,7 @@ class DFlashProposer(SpecDecodeBaseProposer):
         Nothing reads drafter context but our block forward. Bounded in tokens and bytes."""
         queue = self._ctx_queue
         if defer:
-            row_bytes = features.shape[-1] * features.element_size()
+            row_bytes = _row_bytes(features)
             limit = min(_MAX_DEFERRED, max(256, _MAX_DEFERRED_BYTES // max(row_bytes, 1)))
             fits = queue.rows + num_tokens <= limit
             if not fits:
@@ -703,13 +789,18 @@ class DFlashProposer(SpecDecodeBaseProposer):
                     queue.shed(limit // 2 - num_tokens)
                 fits = queue.rows + num_tokens <= limit // 2
             if fits:
-                feats = features if features.shape[0] == num_tokens and not features._is_view() else features[:num_tokens].clone()
+                if isinstance(features, _Parts):  # held by reference: see _held
+                    feats = features if _num_rows(features) == num_tokens else _Parts(p[:num_tokens] for p in features)
+                elif features.shape[0] == num_tokens and not features._is_view():
+                    feats = features
+                else:
+                    feats = features[:num_tokens].clone()
                 req_ids, counts, *starts = owners if owners is not None else ([""], np.array([num_tokens]))
                 queue.add(feats, positions[:num_tokens].clone(), slot_mapping[:num_tokens].clone(), req_ids, counts,
                           starts[0] if starts else None)
                 return
         self._flush_queue()
-        self.model.write_context_kv(features[:num_tokens], positions[:num_tokens], slot_mapping[:num_tokens])
+        self.model.write_context_kv(_dense(features)[:num_tokens], positions[:num_tokens], slot_mapping[:num_tokens])
 
     def _flush_queue(self) -> None:
         """Write the context K/V that K = 0 steps deferred (before any later row, so that a

@@ -151,7 +151,7 @@ deferred = []
 write = DFlashProposer._write_context
 def spy(self, features, positions, slot_mapping, num_tokens, defer, owners=None):
     if defer and not deferred:  # P's prompt, on a K = 0 step
-        feats = torch.cat(features, dim=-1) if isinstance(features, list) else features
+        feats = torch.cat(features, dim=-1) if isinstance(features, (list, tuple)) else features  # _Parts: by layer
         deferred.append((feats[:num_tokens].clone(), positions[:num_tokens].clone(), slot_mapping[:num_tokens].clone()))
     return write(self, features, positions, slot_mapping, num_tokens, defer, owners)
 DFlashProposer._write_context = spy

@@ -753,13 +753,15 @@ def test_k0_steps_shed_context_at_the_limit_instead_of_writing_it(monkeypatch):
 
 
 
-def test_deferred_context_leaves_the_cache_an_eager_writer_leaves_for_every_request_it_drafts_for(monkeypatch):
+@pytest.mark.parametrize("held", [False, True], ids=["dense", "held"])
+def test_deferred_context_leaves_the_cache_an_eager_writer_leaves_for_every_request_it_drafts_for(monkeypatch, held):
     """Random traffic (requests joining with prompts, finishing, preempted and resumed, slots
     freed and reused, seeded requests protected, drafted and K = 0 steps mixed, a small queue
     limit so that rows are shed): after the last drafter forward, every slot owned by a running
     request the queue has not marked incomplete holds what writing every step at once would
     have left there; no row of a request that ended before the write is written (dropped),
-    and every row is either written, dropped or shed."""
+    and every row is either written, dropped or shed. ``held``: features queued as the target's
+    layers handed them over (``_Parts``, by reference; CPU K = 0 steps)."""
     import random
 
     import torch
@@ -770,10 +772,12 @@ def test_deferred_context_leaves_the_cache_an_eager_writer_leaves_for_every_requ
     num_checked = 0
     for seed in range(6):
         rng = random.Random(seed)
-        lazy, eager, written, stale = {}, {}, [0], [0]
+        lazy, eager, written, stale, widths = {}, {}, [0], [0], set()
         owner_of, life = {}, {}  # value -> (request, life), request -> its life (preemptions + 1)
 
         def write_kv(f, p, s):
+            widths.add(f.shape[1])
+            assert f.shape[0] == 0 or torch.equal(f, f[:, :1].repeat(1, 4)), "every column of a row its own value"
             written[0] += len(f)
             values = f[:, 0].long().tolist()
             stale[0] += sum(life.get(owner_of[v][0]) != owner_of[v][1] for v in values)
@@ -816,9 +820,12 @@ def test_deferred_context_leaves_the_cache_an_eager_writer_leaves_for_every_requ
             value, total = value + n, total + n
             eager.update(zip(slots, vals.tolist()))
             features = vals[:, None].float().repeat(1, 4)
+            if held:  # two feature layers, side by side once written
+                features = prop._Parts((features[:, :1].clone(), features[:, 1:].clone()))
             write(features, vals.clone(), torch.tensor(slots), n, defer=step == 299 or rng.random() < 0.9,
                   owners=(ids, np.array(counts)))
         write(torch.zeros(0, 4), torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long), 0, defer=False)
+        assert widths == {4}, f"features written at the width they were queued: {widths}"
         checked = [s for r, ss in owned.items() if r not in q.incomplete for s in ss]
         wrong = [s for s in checked if lazy.get(s) != eager[s]]
         assert not wrong, f"seed {seed}: {len(wrong)} of {len(checked)} slots differ from the eager cache"
@@ -1142,7 +1149,8 @@ def test_with_prefix_caching_at_the_limit_only_generated_rows_are_shed_and_their
     assert q.rows == 5 + 3 and q.shed_rows == 5 + 4 + 4  # a's and b's generated rows; d's never queued
 
 
-def test_with_prefix_caching_no_request_drafted_for_reads_context_the_queue_shed(monkeypatch):
+@pytest.mark.parametrize("held", [False, True], ids=["dense", "held"])
+def test_with_prefix_caching_no_request_drafted_for_reads_context_the_queue_shed(monkeypatch, held):
     """Random traffic through a small prefix cache (block size 4): requests share system prompts,
     half the new ones are the next turn of a finished chat (their prompt is its prompt and reply
     and more), blocks are hit, freed, evicted and allocated anew, requests are preempted and
@@ -1270,7 +1278,10 @@ def test_with_prefix_caching_no_request_drafted_for_reads_context_the_queue_shed
             drafted = rng.random() < 0.08
             slots = torch.tensor([s for s, _ in rows], dtype=torch.long)
             vals = torch.tensor([v for _, v in rows], dtype=torch.float64)
-            write(vals[:, None].repeat(1, 2), slots.clone(), slots, len(rows), defer=not drafted,
+            features = vals[:, None].repeat(1, 2)
+            if held:
+                features = prop._Parts((features[:, :1].clone(), features[:, 1:].clone()))
+            write(features, slots.clone(), slots, len(rows), defer=not drafted,
                   owners=(ids, np.array(counts, dtype=np.int64), np.array(starts, dtype=np.int64)))
             for r, st in reqs.items():  # full blocks enter the prefix cache
                 for i in range(len(st["toks"]) // bs):
@@ -1289,3 +1300,41 @@ def test_with_prefix_caching_no_request_drafted_for_reads_context_the_queue_shed
         totals["shed"] += q.shed_rows
     assert totals["checked"] > 2000 and totals["hits"] > 50, totals
     assert totals["hit_unwritten"] > 0 and totals["shed"] > 0, totals
+
+
+def test_queued_features_are_copied_once_at_take_and_an_entry_holds_at_most_twice_its_live_rows():
+    """A K = 0 step's features are queued as the target's layers handed them over (``_Parts``,
+    by reference): rows dropped from a step are only forgotten while at least half of them are
+    live (no copy), copied out once they are fewer, and ``take`` copies the live rows of every
+    step once, side by side, in step order."""
+    import torch
+
+    from dflash_vllm.proposers import dflash as prop
+
+    q = prop.ContextQueue()
+    v = torch.arange(10, dtype=torch.float32)[:, None]
+    parts = prop._Parts((v.clone(), 100 + v.repeat(1, 2)))
+    pos = torch.arange(10)
+    q.end()
+    q.add(parts, pos.clone(), pos.clone(), ["a", "b", "c", "d"], np.array([3, 4, 2, 1]))  # a 0-2, b 3-6, c 7-8, d 9
+    for ended, live in (("c", 8), ("a", 5)):
+        q.end({ended})
+        q.prune()
+        (e,) = q.entries
+        assert e[1] is parts and q.rows == live  # at least half live: held, nothing copied
+    q.end({"d"})
+    q.prune()
+    (e,) = q.entries
+    assert e[1] is not parts and e[1][0].shape[0] == 4 == q.rows and q.dropped == 6  # 4 of 10: copied out
+    q.end()
+    q.add(prop._Parts((v[:2] + 50, 150 + v[:2].repeat(1, 2))), pos[:2] + 50, pos[:2] + 50, ["e"], np.array([2]))
+    feats, p, s = q.take()
+    assert feats.shape == (6, 3) and q.rows == 0
+    assert feats[:, 0].tolist() == [3, 4, 5, 6, 50, 51] and p.tolist() == s.tolist() == [3, 4, 5, 6, 50, 51]
+    assert torch.equal(feats[:, 1:], 100 + feats[:, :1].repeat(1, 2))
+    # held rows (not compacted) are gathered through their indices
+    q.end()
+    q.add(prop._Parts((v.clone(), 100 + v.repeat(1, 2))), pos.clone(), pos.clone(), ["x", "y"], np.array([4, 6]))
+    q.end({"x"})
+    feats, p, s = q.take()
+    assert feats[:, 0].tolist() == p.tolist() == list(range(4, 10)) and torch.equal(feats[:, 1:], 100 + feats[:, :1].repeat(1, 2))
