@@ -76,10 +76,10 @@ the best fixed K pooled in the two runs with it, 0.91-0.94 in the three without;
 Opt-in, for now: ``"dflash_adaptive": true`` in the speculative config (or
 ``DFLASH_VLLM_FIXED_K=adaptive``) turns the policy on. Without it every request submits
 num_speculative_tokens drafts every step, as before: on the full check
-(bench/results/bench-adaptive.json, bench/README.md; session 22, one run) the policy met both
-goals in 5 of 28 cells (sessions 19-21: 3-10): 1.43x no speculation pooled where the drafter
-knows the prompts (0.875 of the best fixed K; the cell after a change of workload loses most),
-but 0.94x where it does not (K = 0 pinned: 0.96x in the same run), so it is not yet the default.
+(bench/results/bench-adaptive.json, bench/README.md; session 23, one run) the policy met both
+goals in 6 of 28 cells (sessions 19-22: 3-10): 1.30x no speculation pooled where the drafter
+knows the prompts (0.886 of the best fixed K; the cell after a change of workload loses most),
+but 0.91x where it does not (K = 0 pinned: 0.92x in the same run), so it is not yet the default.
 ``"dflash_fixed_k": N`` (or ``DFLASH_VLLM_FIXED_K=N``) pins N drafts per request per step
 (N = 0: the drafter forward is skipped every step, only context K/V is written). vLLM's SpeculativeConfig rejects unknown keys, so the
 key is taken out of the config before vLLM parses it (``pop_config_key``) and travels to the
