@@ -429,17 +429,18 @@ def _gather_features(entries: list[tuple]) -> torch.Tensor:
     per feature layer into its columns (at batch 1 a queue holds hundreds of one-row steps;
     a copy per step and layer cost ~4x the concatenation)."""
     first = entries[0][1]
-    parts = [first] if not isinstance(first, _Parts) else list(first)
-    ref = parts[0]
-    out = torch.empty(sum(_live_rows(e) for e in entries), sum(p.shape[-1] for p in parts), dtype=ref.dtype,
-                      device=ref.device)
+    # Layer by layer where every step was held so (_held decides per step: a queue can hold both
+    # kinds), else every step's rows whole (a held step concatenated first).
+    split = isinstance(first, _Parts) and all(isinstance(e[1], _Parts) and len(e[1]) == len(first) for e in entries)
+    ref = first[0] if isinstance(first, _Parts) else first
+    widths = [p.shape[-1] for p in first] if split else [_row_bytes(first) // ref.element_size()]
+    out = torch.empty(sum(_live_rows(e) for e in entries), sum(widths), dtype=ref.dtype, device=ref.device)
     idx = [None if e[7] is None else torch.from_numpy(e[7]).to(ref.device) for e in entries]
     c = 0
-    for j, p in enumerate(parts):
-        w = p.shape[-1]
+    for j, w in enumerate(widths):
         rows = []
         for e, ix in zip(entries, idx):
-            t = e[1][j] if isinstance(e[1], _Parts) else e[1]
+            t = e[1][j] if split else _dense(e[1])
             rows.append(t if ix is None else t[ix])
         torch.cat(rows, dim=0, out=out[:, c:c + w])
         c += w

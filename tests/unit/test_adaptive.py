@@ -1302,6 +1302,29 @@ def test_with_prefix_caching_no_request_drafted_for_reads_context_the_queue_shed
     assert totals["hit_unwritten"] > 0 and totals["shed"] > 0, totals
 
 
+def test_a_queue_of_held_and_concatenated_steps_takes_every_row_side_by_side():
+    """``_held`` queues a step's features by reference where the target's layers are tensors of
+    their own and concatenated where any is a view, step by step: one queue can hold both, and
+    ``take`` must lay every step's rows out alike (layer by layer, in step order)."""
+    import torch
+
+    from dflash_vllm.proposers import dflash as prop
+
+    v = torch.arange(6, dtype=torch.float32)[:, None]
+    pos = torch.arange(6)
+    for order in ((True, False, True), (False, True, False)):
+        q = prop.ContextQueue()
+        for i, held in enumerate(order):
+            layers = (v + 10 * i, 100 + 10 * i + v.repeat(1, 2))
+            feats = prop._Parts(layers) if held else torch.cat(layers, dim=-1)
+            q.end()
+            q.add(feats, pos + 10 * i, pos + 10 * i, ["r%d" % i], np.array([6]))
+        feats, p, _ = q.take()
+        assert feats.shape == (18, 3)
+        assert feats[:, 0].tolist() == p.tolist() == [float(x) for x in list(range(6)) + list(range(10, 16)) + list(range(20, 26))]
+        assert torch.equal(feats[:, 1:], 100 + feats[:, :1].repeat(1, 2))
+
+
 def test_queued_features_are_copied_once_at_take_and_an_entry_holds_at_most_twice_its_live_rows():
     """A K = 0 step's features are queued as the target's layers handed them over (``_Parts``,
     by reference): rows dropped from a step are only forgotten while at least half of them are
