@@ -431,9 +431,10 @@ def _gather_features(entries: list[tuple]) -> torch.Tensor:
     first = entries[0][1]
     # Layer by layer where every step was held so (_held decides per step: a queue can hold both
     # kinds), else every step's rows whole (a held step concatenated first).
-    split = isinstance(first, _Parts) and all(isinstance(e[1], _Parts) and len(e[1]) == len(first) for e in entries)
-    ref = first[0] if isinstance(first, _Parts) else first
-    widths = [p.shape[-1] for p in first] if split else [_row_bytes(first) // ref.element_size()]
+    split = all(isinstance(e[1], _Parts) for e in entries)
+    layers = first if isinstance(first, _Parts) else (first,)
+    ref = layers[0]
+    widths = [p.shape[-1] for p in layers] if split else [sum(p.shape[-1] for p in layers)]
     out = torch.empty(sum(_live_rows(e) for e in entries), sum(widths), dtype=ref.dtype, device=ref.device)
     idx = [None if e[7] is None else torch.from_numpy(e[7]).to(ref.device) for e in entries]
     c = 0
