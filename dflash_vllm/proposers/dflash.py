@@ -353,6 +353,21 @@ class ContextQueue:
         kept, rows, dropped = [], 0, 0
         for e in self.entries:
             step, req_ids, before = e[0], e[4], _live_rows(e)
+            if len(req_ids) == 1:  # one request's rows (every entry at batch 1): no array work
+                r = req_ids[0]
+                whole = live_fn(r, step)
+                if not whole and cached is not None and e[6] is not None:
+                    first, limit = int(e[6][0]), cached.get(r, 0)  # its rows: positions first.. on
+                    whole = first + int(e[5][0]) <= limit
+                    if not whole and first < limit:  # part of its rows below the limit: as below
+                        whole = None
+                if whole is not None:
+                    if whole:
+                        kept.append(e)
+                        rows += before
+                    else:
+                        dropped += before
+                    continue
             live = np.fromiter((live_fn(r, step) for r in req_ids), dtype=bool, count=len(req_ids))
             if cached is not None and not live.all():
                 counts, starts = e[5], e[6]

@@ -683,6 +683,50 @@ def test_with_prefix_caching_only_an_ended_requests_partial_block_is_dropped():
     assert q.dropped == 3
 
 
+@pytest.mark.parametrize("block_size", [None, 4])
+def test_at_batch_1_the_queue_keeps_and_drops_the_rows_a_batched_queue_would(block_size):
+    """At batch 1 each queued step holds one request's rows (``_keep`` takes them whole or not at
+    all without array work, unless a block boundary splits them). What ends up written is the
+    same as when the very steps were queued two requests at a time: the rows an ended request
+    leaves past its last full block (all of them without prefix caching) and a shed request's
+    generated rows are dropped, every other row is written, in step order."""
+    import torch
+
+    from dflash_vllm.proposers.dflash import ContextQueue
+
+    def run(batched: bool):
+        q = ContextQueue(block_size=block_size)
+        q.ledger = block_size is not None
+        ns = types.SimpleNamespace
+        # a: a prompt of 6, then positions 6-10; b: a prompt of 5, then 5-9
+        steps = [("a", 6, 0), ("b", 5, 0)] + [(r, 1, s - (r == "b")) for s in range(6, 11) for r in "ab"]
+        if q.ledger:
+            q.schedule([ns(req_id=r, prompt_token_ids=[0] * n, block_ids=([10 * k, 10 * k + 1, 10 * k + 2],),
+                           num_computed_tokens=0) for k, (r, n) in enumerate((("a", 6), ("b", 5)), 1)], None)
+        group = [steps[i:i + 2] for i in range(0, len(steps), 2)] if batched else [[x] for x in steps]
+        for batch in group:
+            q.end(set())
+            ids, counts, starts = [r for r, _, _ in batch], np.array([n for _, n, _ in batch]), np.array([s for _, _, s in batch])
+            pos = torch.tensor([s + j for _, n, s in batch for j in range(n)])
+            tag = torch.tensor([ord(r) for r, n, _ in batch for _ in range(n)])
+            q.add(pos[:, None].float(), pos, tag, ids, counts, starts)
+        q.end({"a"})  # a ended at 11 tokens: with prefix caching its rows 0-7 (two full blocks) stay
+        q.prune()
+        q.shed(8)  # generated rows, an ended request's first: with prefix caching from the cut (4) on
+        taken = q.take()
+        rows = [] if taken is None else list(zip(taken[2].tolist(), taken[1].tolist()))
+        return rows, q.dropped, q.shed_rows, sorted(q.incomplete)
+
+    single, batched = run(False), run(True)
+    assert single == batched, (single, batched)
+    kept = [(chr(t), p) for t, p in single[0]]
+    if block_size is None:  # a dropped whole, b shed whole
+        assert kept == [] and single[1:] == (11, 10, ["b"])
+    else:
+        assert kept == [("a", p) for p in range(4)] + [("b", p) for p in range(4)], kept
+        assert single[1:] == (3, 4 + 6, ["b"])
+
+
 
 def _rows(req_ids, counts, start):
     import torch
@@ -1361,3 +1405,16 @@ def test_queued_features_are_copied_once_at_take_and_an_entry_holds_at_most_twic
     q.end({"x"})
     feats, p, s = q.take()
     assert feats[:, 0].tolist() == p.tolist() == list(range(4, 10)) and torch.equal(feats[:, 1:], 100 + feats[:, :1].repeat(1, 2))
+
+
+def test_context_queue_bench_runs_the_proposers_deferral_to_its_limit():
+    """``dflash-vllm bench context-queue`` drives the proposer's own K = 0 deferral: enough
+    one-request steps reach the queue's limit, where it prunes, sheds (prefix caching) and,
+    when prompt rows alone fill it, writes."""
+    from dflash_vllm.bench.context_queue import QueueBenchConfig, run
+
+    out = run(QueueBenchConfig(requests=60))
+    assert out["steps"] == 60 * 65
+    assert out["prune"]["events"] >= 1 and out["shed"]["events"] >= 1, out
+    off = run(QueueBenchConfig(requests=60, block_size=0))
+    assert off["prune"]["events"] >= 1 and off["shed"]["events"] == 0, off  # ended requests free it
