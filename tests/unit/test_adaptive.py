@@ -274,27 +274,30 @@ def test_follows_a_change_of_workload(r):
     assert np.mean(ratios) >= 0.9
 
 
-def _tasks_at_batch_1_after(cells, seed: int, steps: int, life: int, hidden: bool = False) -> float:
+def _tasks_at_batch_1_after(cells, seed: int, steps: int, life: int, hidden: bool = False, cost=None) -> float:
     """Tasks at batch 1 for ``steps`` steps, tokens per second of the adaptive policy over K = 15,
     after the policy first ran ``cells`` ((prompt set, batch, steps, request life, seed), in order);
-    ``hidden``: with the engine's costs no clock of the policy sees (``_hidden``)."""
+    ``hidden``: with the engine's costs no clock of the policy sees (``_hidden``); ``cost``: the
+    step costs per batch size (DEMO_COST unless given)."""
+    cost = DEMO_COST if cost is None else cost
+
     def extra(r):
-        return _hidden(r) if hidden else {}
+        return _hidden(r, cost) if hidden else {}
 
     p = AdaptivePolicy(15)
     for hist, r, n, lf, s in cells:
-        _simulate_hist(p, DEMO_HIST[hist], r, *DEMO_COST[r], steps=n, seed=s, life=lf, **extra(r))
-    ours = _simulate_hist(p, DEMO_HIST["tasks"], 1, *DEMO_COST[1], steps=steps, seed=seed, warm=0, life=life,
+        _simulate_hist(p, DEMO_HIST[hist], r, *cost[r], steps=n, seed=s, life=lf, **extra(r))
+    ours = _simulate_hist(p, DEMO_HIST["tasks"], 1, *cost[1], steps=steps, seed=seed, warm=0, life=life,
                           **extra(1))
-    best = _simulate_hist(AdaptivePolicy(15, fixed=[15]), DEMO_HIST["tasks"], 1, *DEMO_COST[1], steps=steps,
+    best = _simulate_hist(AdaptivePolicy(15, fixed=[15]), DEMO_HIST["tasks"], 1, *cost[1], steps=steps,
                           seed=seed, warm=0, life=life, **extra(1))
     return ours / best
 
 
-def _hidden(r):
+def _hidden(r, cost=None):
     """The engine's costs no clock of the policy sees, at batch r: a plain step more in each
     drafting call (the deferred context write), half one in the first plain step after it."""
-    tv = DEMO_COST[r][0](r)
+    tv = (DEMO_COST if cost is None else cost)[r][0](r)
     return dict(hidden_draft=tv, transient=0.5 * tv)
 
 
@@ -359,6 +362,12 @@ def test_a_probe_is_credited_with_the_drafts_it_got_accepted():
     assert min(ratios) >= 0.85 and np.mean(ratios) >= 0.94
 
 
+def _weak_cells(seed):
+    """The full check's cells before its second tasks c = 1 cell, in the simulation's terms."""
+    return (("tasks", 1, 200, 14, seed), ("tasks", 64, 60, 4, seed), ("chat", 1, 900, 20, seed),
+            ("chat", 64, 50, 4, seed), ("chat", 1, 900, 20, seed + 7), ("chat", 64, 50, 4, seed + 7))
+
+
 def test_a_probe_that_paid_for_itself_brings_the_next_one_soon():
     """The full check's order: tasks at batch 1 after long runs of chat at batch 1 and 64, whose
     probes were measured to lose ~2.5-2.9 plain steps each (probes spaced ~130 steps at 2 %). A
@@ -367,13 +376,39 @@ def test_a_probe_that_paid_for_itself_brings_the_next_one_soon():
     six seeds, adaptive / K = 15: 0.77 pooled (worst 0.56) before session 21, 0.80 (0.58) with
     the accepted drafts credited alone, 0.84 (0.69) with both."""
     def after(seed):
-        cells = (("tasks", 1, 200, 14, seed), ("tasks", 64, 60, 4, seed), ("chat", 1, 900, 20, seed),
-                 ("chat", 64, 50, 4, seed), ("chat", 1, 900, 20, seed + 7), ("chat", 64, 50, 4, seed + 7))
-        return _tasks_at_batch_1_after(cells, seed, steps=250, life=14, hidden=True)
+        return _tasks_at_batch_1_after(_weak_cells(seed), seed, steps=250, life=14, hidden=True)
 
     ratios = [after(s) for s in range(6)]
     print(f"tasks at batch 1 after the weak cells: adaptive / K=15 per seed {', '.join(f'{x:.3f}' for x in ratios)}")
     assert np.mean(ratios) >= 0.82 and min(ratios) >= 0.65
+
+
+# The engine's step costs at batch 1, 8 and 64, fitted to the demo pair's full check of session 23
+# (bench/results/bench-adaptive.json: tasks / code / chat, fixed K = 0..15; seconds): the plain
+# step (T_v + T_o of `none`), a jump on any drafted step (vLLM's speculative path: T_o 0.4 -> 1.0
+# ms and T_v +0.9 ms at batch 1) plus a slope per verified token, and a drafter call nearly flat
+# in block tokens (2.2-2.6 ms at 2 tokens, 2.9-3.3 at 16 on batch 1). DEMO_COST, from an older
+# drafter, prices batch 1's plain step at 10.9 ms and the block at 0.3 ms per token.
+ENGINE_COST = {1: (lambda n: 0.0040 + (n > 1) * (0.0012 + 1.1e-4 * (n - 1)), lambda d: 0.0023 + 5e-5 * d),
+               8: (lambda n: 0.0060 + (n > 8) * (0.0020 + 8e-5 * (n - 8)), lambda d: 0.0026 + 4.5e-5 * d),
+               64: (lambda n: 0.0175 + (n > 64) * (0.0050 + 4e-5 * (n - 64)), lambda d: 0.0050 + 2.5e-5 * d)}
+
+
+@pytest.mark.xfail(strict=True, reason="issue #10: tasks at batch 1 after the weak cells, the bench's worst cell")
+def test_engine_costs_tasks_at_batch_1_after_the_weak_cells_matches_the_best_fixed_k():
+    """The bench's worst cell, reproduced in the simulation with the engine's costs
+    (ENGINE_COST): tasks at batch 1 after the full check's weak cells. Session 25: adaptive /
+    K = 15 per seed 0.92, 0.88, 0.52, 0.90, 0.73, 0.83 (0.80 pooled; the bench read 0.53 in
+    session 23). At batch 1 a probe loses ~2.6 plain steps, so at the 2 % budget probes come
+    ~130 steps apart, and one probe's row rarely tells tasks from chat (tasks accept 0-1 drafts
+    of 15 in 29 % of rows). Strict: when it passes, the cell is fixed and this marker goes."""
+    def after(seed):
+        return _tasks_at_batch_1_after(_weak_cells(seed), seed, steps=250, life=14, hidden=True, cost=ENGINE_COST)
+
+    ratios = [after(s) for s in range(6)]
+    print(f"engine costs, tasks at batch 1 after the weak cells: adaptive / K=15 per seed "
+          f"{', '.join(f'{x:.3f}' for x in ratios)}")
+    assert np.mean(ratios) >= 0.95
 
 
 @pytest.mark.parametrize("r", [1, 64])
