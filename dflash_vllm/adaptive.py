@@ -60,7 +60,11 @@ the first after drafted steps costs more), spaced to cost at most ``explore_budg
 expected goodput, and every ``zero_every`` steps while fewer than 12 plain steps were measured.
 While drafting does not pay, a probe drafts after ``probe_every`` (32) steps or more, spaced so
 that what probes lose stays within ``probe_budget`` (2%): the larger of the modelled loss and the
-one measured on earlier probes at about the same batch (wall time, ``_measure_probe``). A probe
+one measured on earlier probes at about the same batch (wall time, ``_measure_probe``); sooner in
+two cases: a verify whose accepted run the curve gives less than ``surprise`` / rows brings the next
+probe at once (a change of workload needs two rows, and one probe at batch 1 gives one), and a
+batch 4x from the last probe's brings one after ``probe_every`` steps (a change of load often
+comes with a change of traffic; at batch 1 probes are otherwise ~130 steps apart). A probe
 drafts as deep as costs at most a quarter of a plain step more than one draft each (on CPU with a
 small batch: the whole block, so one probe measures every position), every other probe half as
 deep (so the slope in N and delta are told apart; a one-draft probe, as before, could not tell
@@ -76,10 +80,10 @@ the best fixed K pooled in the two runs with it, 0.91-0.94 in the three without;
 Opt-in, for now: ``"dflash_adaptive": true`` in the speculative config (or
 ``DFLASH_VLLM_FIXED_K=adaptive``) turns the policy on. Without it every request submits
 num_speculative_tokens drafts every step, as before: on the full check
-(bench/results/bench-adaptive.json, bench/README.md; session 23, one run) the policy met both
-goals in 6 of 28 cells (sessions 19-22: 3-10): 1.30x no speculation pooled where the drafter
-knows the prompts (0.886 of the best fixed K; the cell after a change of workload loses most),
-but 0.91x where it does not (K = 0 pinned: 0.92x in the same run), so it is not yet the default.
+(bench/results/bench-adaptive.json, bench/README.md; session 25, one run) the policy met both
+goals in 13 of 28 cells (sessions 19-23: 3-10): 1.37x no speculation pooled where the drafter
+knows the prompts (0.925 of the best fixed K), but 0.91x where it does not (K = 0 pinned: 0.90x
+in the same run), so it is not yet the default.
 ``"dflash_fixed_k": N`` (or ``DFLASH_VLLM_FIXED_K=N``) pins N drafts per request per step
 (N = 0: the drafter forward is skipped every step, only context K/V is written). vLLM's SpeculativeConfig rejects unknown keys, so the
 key is taken out of the config before vLLM parses it (``pop_config_key``) and travels to the
@@ -176,7 +180,7 @@ class AcceptanceModel:
                  row_decay: float = 0.995, request_decay: float = 0.85, request_prior: float = 2.0,
                  max_rate: float = 0.98, chain: float = 1.0, unreached_decay: float = 0.9,
                  rows_per_request: float = 16.0, shift_decay: float = 0.7, shift_gap: float = 0.4,
-                 shift_keep: float = 0.25, shift_min: float = 1.6):
+                 shift_keep: float = 0.25, shift_min: float = 1.6, surprise: float = 0.1):
         self.k_max = k_max
         self.rows_per_request = rows_per_request
         self.prior_rate, self.decay, self.row_decay, self.max_rate = prior_rate, decay, row_decay, max_rate
@@ -193,6 +197,10 @@ class AcceptanceModel:
         self.shift_decay, self.shift_gap, self.shift_keep, self.shift_min = shift_decay, shift_gap, shift_keep, shift_min
         self._first = [0.0, 0.0]
         self.shifts = 0
+        # A verified row whose accepted run the curve gives less than ``surprise`` (see observe):
+        # the policy probes again at once (AdaptivePolicy._choose).
+        self.surprise = surprise
+        self.surprised = False
 
     def rates(self) -> np.ndarray:
         """g(j), j = 1..K: each position's evidence, with ``chain`` pseudo-counts at the rate of
@@ -215,6 +223,14 @@ class AcceptanceModel:
         self.last_accepted = int(a.sum())
         trials = np.minimum(a + 1, d)  # positions that were verified (the first rejection included)
         g = self.rates()
+        # A run of accepted drafts the curve makes unlikely (one row of a probe at batch 1 after
+        # a workload the drafter did not know): not yet evidence enough to move the curve (a change
+        # needs shift_min rows, see below), but reason to verify again now rather than a probe
+        # spacing later (~80-130 steps at batch 1).
+        if a.any():
+            run = np.concatenate([[1.0], np.cumprod(np.minimum(g, self.max_rate))])[a]  # P(accepted >= a_i)
+            if float(run.min()) < self.surprise / len(req_ids):  # over r rows, one such run is r times likelier
+                self.surprised = True
         expected = np.concatenate([[0.0], np.cumsum(g)])[trials]  # sum_{j <= trials} g(j)
         n = self.k_max + 1
         # Forgetting per verified row as well as per step (``tick``): the curve follows a change
@@ -621,6 +637,7 @@ class AdaptivePolicy:
         self._plain_period: dict[int, list] = {}  # log2 batch bucket -> [running mean, periods seen]
         self._probe_meas: _ProbeMeasurement | None = None
         self.probe_loss: dict[int, float] = {}
+        self._probe_bucket: int | None = None  # the log2 batch bucket of the latest probe
 
     # called once per step, at the start of the drafting call
     def on_step(self, now: float, num_tokens: int, num_reqs: int, step_start: float | None,
@@ -781,6 +798,7 @@ class AdaptivePolicy:
         recomputed it: with short requests (code prompts, ~13 tokens) on 128 of 136 drafted
         steps at batch 1, 0.70 ms of policy time per step (0.33 since)."""
         batch, verified = (num_reqs, dec_ids), self.acceptance.verified_steps
+        surprised, self.acceptance.surprised = self.acceptance.surprised, False
         c = self._optimum_cache
         members_only = False  # about the same batch, other requests: the cached prices, k re-derived
         if c is None or c.opt is None:
@@ -840,9 +858,12 @@ class AdaptivePolicy:
             if k.any():
                 return k, int(k.max())
         # Keep measuring acceptance and draft cost: a probe, as often as `budget` of the step
-        # time allows (a probe that loses 6 plain steps waits ~300 steps).
-        if self._probe_due(opt, num_reqs=num_reqs):
+        # time allows (a probe that loses 6 plain steps waits ~300 steps), and at once after a
+        # verify whose accepted run the curve made unlikely (AcceptanceModel.surprised): the
+        # second row a change of workload needs comes a step later, not a probe spacing later.
+        if surprised or self._probe_due(opt, num_reqs=num_reqs):
             self._probes += 1
+            self._probe_bucket = CostModel._bucket(num_reqs)
             self._probe_meas = _ProbeMeasurement(num_reqs, self.acceptance.verified_steps)
             if self._probes % 2 == 0:  # every other probe half as deep: N varies among drafted
                 q_probe = max(1, q_probe // 2)  # steps (the slope in N told apart from delta), and
@@ -867,7 +888,10 @@ class AdaptivePolicy:
             m = max((measured[x] for x in (b - 1, b + 1) if x in measured), default=None)
         if m is not None:
             loss = max(loss, m)
-        return self.steps_since_draft + 1 + ahead >= max(self.probe_every, int(loss / self.probe_budget))
+        spacing = max(self.probe_every, int(loss / self.probe_budget))
+        if self._probe_bucket is not None and abs(b - self._probe_bucket) >= 2:
+            spacing = self.probe_every  # a batch 4x from the last probe's: a new regime gets a look soon
+        return self.steps_since_draft + 1 + ahead >= spacing
 
     def _optimum(self, dec_ids: list[str], num_reqs: int):
         """The optimum for this batch (``_Optimum``), or None before anything was measured."""

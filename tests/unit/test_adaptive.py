@@ -374,13 +374,45 @@ def test_a_probe_that_paid_for_itself_brings_the_next_one_soon():
     probe whose accepted drafts paid for it sets its batch bucket's loss at once; averaged in
     with the old one instead, the next probe waited ~75 steps. Tasks at batch 1 over 250 steps,
     six seeds, adaptive / K = 15: 0.77 pooled (worst 0.56) before session 21, 0.80 (0.58) with
-    the accepted drafts credited alone, 0.84 (0.69) with both."""
+    the accepted drafts credited alone, 0.84 (0.69) with both. Six seeds were a lottery: with
+    thirty, session 24's code read 0.86 pooled, 10th percentile 0.71 (worst 0.56), where seeds
+    0-5 alone read 0.86 at worst. Session 25 (a surprising verify brings a second probe at once,
+    a batch 4x from the last probe's brings one after ``probe_every`` steps): 0.91, 10th
+    percentile 0.83."""
     def after(seed):
         return _tasks_at_batch_1_after(_weak_cells(seed), seed, steps=250, life=14, hidden=True)
 
-    ratios = [after(s) for s in range(6)]
-    print(f"tasks at batch 1 after the weak cells: adaptive / K=15 per seed {', '.join(f'{x:.3f}' for x in ratios)}")
-    assert np.mean(ratios) >= 0.82 and min(ratios) >= 0.65
+    ratios = [after(s) for s in range(30)]
+    p10 = float(np.percentile(ratios, 10))
+    print(f"tasks at batch 1 after the weak cells, 30 seeds: adaptive / K=15 {np.mean(ratios):.3f} pooled, "
+          f"10th percentile {p10:.3f}, worst {min(ratios):.3f}")
+    assert np.mean(ratios) >= 0.88 and p10 >= 0.75
+
+
+def test_a_surprising_verify_brings_the_next_probe_at_once():
+    """While drafting does not pay (a curve of ~0.3 per position), a verify with a row whose
+    accepted run the curve gives less than 0.1 per row of the batch brings a probe on the next
+    plan, though one row does not move the curve enough to draft (a change of workload needs
+    1.6 rows' worth): at batch 64 one row accepting 6 of 11 (~0.1 % under the curve); a run the
+    curve expects (3 of 11 among 64 rows, 2 of 11 at batch 1) does not. (At batch 1 one long run
+    moves this thin curve enough to draft on its own.)"""
+    def weak_policy(r):
+        p = AdaptivePolicy(15)
+        rng = np.random.default_rng(0)
+        _closed_loop(p, r, lambda g, k: np.minimum(rng.geometric(0.75, r) - 1, k), lambda n, _r: 0.004 + 1e-4 * n,
+                     lambda d: 0.003 + 5e-5 * d, steps=600, warm=0)
+        assert p.acceptance.rates()[0] < 0.4 and p.steps_since_draft > 0  # not drafting
+        return p
+
+    for r, accepted, probes_now in ((64, 6, True), (64, 3, False), (1, 2, False)):
+        p = weak_policy(r)
+        assert not p._probe_due(p.optimum, num_reqs=r, ahead=1)  # no probe due on its own
+        ids = [f"x{i}" for i in range(r)]
+        a = np.zeros(r, dtype=np.int64)
+        a[0] = accepted
+        p.acceptance.observe(ids, np.full(r, 11), a)
+        k, q = p.plan([f"z{i}" for i in range(r)], np.ones(r, dtype=bool))  # new requests: no skill of their own
+        assert (q > 0) == probes_now, (r, accepted, q, p.steps_since_draft)
 
 
 # The engine's step costs at batch 1, 8 and 64, fitted to the demo pair's full check of session 23
