@@ -431,7 +431,9 @@ def test_engine_costs_tasks_at_batch_1_after_the_weak_cells_matches_the_best_fix
     """The bench's worst cell, reproduced in the simulation with the engine's costs
     (ENGINE_COST): tasks at batch 1 after the full check's weak cells. Session 25: adaptive /
     K = 15 per seed 0.92, 0.88, 0.52, 0.90, 0.73, 0.83 (0.80 pooled; the bench read 0.53 in
-    session 23). At batch 1 a probe loses ~2.6 plain steps, so at the 2 % budget probes come
+    session 23); with the two probe rules of df70f95 0.82, 0.87, 0.70, 0.62, 1.00, 0.85 (0.81;
+    over 30 seeds 0.81 -> 0.91 pooled, see test_a_probe_that_paid_for_itself_brings_the_next_one_soon;
+    the bench read 0.98 on df70f95). At batch 1 a probe loses ~2.6 plain steps, so at the 2 % budget probes come
     ~130 steps apart, and one probe's row rarely tells tasks from chat (tasks accept 0-1 drafts
     of 15 in 29 % of rows). Strict: when it passes, the cell is fixed and this marker goes."""
     def after(seed):
