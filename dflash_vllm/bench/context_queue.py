@@ -8,9 +8,9 @@ steps, through the proposer's own deferral (``DFlashProposer._write_context``, w
 out) with prefix caching on (``--block-size``; 0: off) and the shipped limits (4,096 rows). At
 batch 1 the queue holds one entry per step, so pruning and shedding at the limit walk ~4,000
 entries. Printed: queue work per step, and per event at the limit the prune, the shed and the
-write (the take, stubbed writes) in ms. Session 25, 2 cores, defaults: prune 44 -> 4 ms, shed
-52 -> 13 ms per event after ``_keep`` took one-request entries whole (a step at batch 1 on the
-demo pair is ~3.5 ms).
+write (the take, stubbed writes) in ms. Session 25, 2 cores, defaults, two alternated runs each:
+prune 27.5 / 27.3 -> 2.5 / 3.0 ms, shed 42.4 / 45.0 -> 9.9 / 11.6 ms per event after ``_keep`` took
+one-request entries whole (a step at batch 1 on the demo pair is ~3.5 ms).
 """
 
 from __future__ import annotations
