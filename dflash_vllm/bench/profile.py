@@ -3,6 +3,7 @@
     dflash-vllm bench profile draft [--native]          # one drafting call's ops, ours (or native)
     dflash-vllm bench profile none|k0|adaptive [--concurrency 64] [--prompt-set chat] [--out FILE.prof]   # a step
     dflash-vllm bench profile trace [--sets code@64 chat@1] [--concurrency 1]   # the adaptive policy's view
+    dflash-vllm bench profile none|k0|adaptive --split [--concurrency 64] [--prompt-set chat]   # a step's parts, no profiler
 
 ``draft``: 60 held-out task prompts one at a time; torch.profiler over drafting calls 20..220
 (``propose_draft_token_ids``); prints the mean wall time of a drafting call and the ops' self
@@ -15,6 +16,13 @@ no speculation, ``k0`` DFlash with K pinned to 0 (the drafter forward skipped), 
 the policy. Session 7 used it to find the 0-draft rejection sampling and drafter input
 preparation vLLM ran on K = 0 steps (patch ``plain-step-shortcut``: at c = 1, 8.4 -> 6.8 ms per
 step against 6.2-6.7 ms without speculation).
+With ``--split``, no profiler: the scheduler's, the model runner's and the proposer's main
+methods are timed by the wall clock (``SplitTimer``) over the same driven requests, and the
+mean ms per engine step of each is printed (and one JSON line, ``SPLIT {...}``). cProfile
+inflates small calls (session 26: the proposer's K = 0 work at c = 1 read 0.28 ms per step under
+cProfile, 0.18 by the wall clock), so the split is what to compare between modes; run the
+modes alternately, twice each (one run moves by ~10-30 % with this VM). Session 26 used it to
+itemise the K = 0 floor.
 ``trace``: the adaptive policy's own view, step by step, across a change of prompts (``--sets``,
 run one after the other on one engine at ``--concurrency``): per set the steps and wall time,
 then per 40-step window how many steps drafted and, at the window's end, the policy's ratio of
@@ -28,6 +36,7 @@ Single runs vary by ~10 % on a 2-core VM: compare within one session, with nothi
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 from dataclasses import dataclass
@@ -104,7 +113,74 @@ def profile_draft(native: bool) -> None:
         print(f"{name[:60]:60s} {us / n:8.1f} us/call {count[name] / n:6.1f} calls/call")
 
 
-def profile_step(mode: str, concurrency: int, out: str, which: str = "free") -> None:
+class SplitTimer:
+    """Wall-clock time per call of chosen methods, summed per label: ``wrap(owner, name)``
+    replaces ``owner.name`` (an instance's bound method, or a class's function) with a timed
+    one that returns and raises what it did. Nested timed calls each count in full (a
+    caller's time includes its callees')."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+        self.calls: dict[str, int] = {}
+
+    def wrap(self, owner, name: str, label: str | None = None) -> None:
+        fn = getattr(owner, name)
+        label = label or f"{owner.__name__ if isinstance(owner, type) else type(owner).__name__}.{name}"
+        seconds, calls = self.seconds, self.calls
+        seconds.setdefault(label, 0.0)
+        calls.setdefault(label, 0)
+
+        def timed(*args, **kwargs):
+            t = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                seconds[label] += time.perf_counter() - t
+                calls[label] += 1
+
+        setattr(owner, name, timed)
+
+    def reset(self) -> None:
+        for k in self.seconds:
+            self.seconds[k], self.calls[k] = 0.0, 0
+
+    def per_step(self, steps: int) -> dict[str, float]:
+        """ms per engine step of each label that was called."""
+        return {k: 1e3 * v / max(steps, 1) for k, v in sorted(self.seconds.items()) if self.calls[k]}
+
+
+# Timed by --split: the engine core's step and the scheduler's, the runner's step phases, and
+# the proposer's K = 0 path (plan, queued context) where there is one.
+_SPLIT_RUNNER = ("execute_model", "_update_states", "_prepare_inputs", "_build_attention_metadata", "_model_forward",
+                 "sample_tokens", "_sample", "_bookkeeping_sync", "propose_draft_token_ids", "take_draft_token_ids")
+_SPLIT_PROPOSER = ("_plan_then_propose", "_plan", "_skip_forward", "propose")
+
+
+def _split_timer(engine) -> SplitTimer:
+    """Wrap the parts of an in-process engine (VLLM_ENABLE_V1_MULTIPROCESSING=0) after it is
+    built: the plugin's checks read the runner's source at start-up, and its per-instance
+    wrappers are timed as they stand (ours included)."""
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.engine.core import EngineCore
+
+    timer = SplitTimer()
+    core = engine.engine_core.engine_core
+    timer.wrap(core, "step_fn", "EngineCore.step")  # what the in-process client calls each step
+    timer.wrap(core.scheduler, "schedule", "Scheduler.schedule")
+    timer.wrap(core.scheduler, "update_from_output", "Scheduler.update_from_output")
+    runner = core.model_executor.driver_worker.worker.model_runner
+    for name in _SPLIT_RUNNER:
+        if hasattr(runner, name):
+            timer.wrap(runner, name, f"runner.{name}")
+    drafter = getattr(runner, "drafter", None)
+    for name in _SPLIT_PROPOSER if drafter is not None else ():
+        if hasattr(drafter, name):
+            timer.wrap(drafter, name, f"proposer.{name}")
+    assert isinstance(core, EngineCore) and isinstance(core.scheduler, Scheduler)
+    return timer
+
+
+def profile_step(mode: str, concurrency: int, out: str, which: str = "free", split: bool = False) -> None:
     import cProfile
 
     from transformers import AutoTokenizer
@@ -123,6 +199,19 @@ def profile_step(mode: str, concurrency: int, out: str, which: str = "free") -> 
     n = len(reqs) // 3
     engine = llm.llm_engine
     drive(engine, reqs[:n], concurrency=concurrency, id_prefix="warm-")
+    if split:
+        timer = _split_timer(engine)
+        t = time.perf_counter()
+        steps = len(drive(engine, reqs[n:], concurrency=concurrency, id_prefix="s-")["steps"])
+        ms = 1e3 * (time.perf_counter() - t) / steps
+        parts = timer.per_step(steps)
+        print(f"{mode} c={concurrency} ({which}): {steps} steps, {ms:.3f} ms/step; ms per step by part:", flush=True)
+        for k, v in parts.items():
+            print(f"  {k:40s} {v:8.3f}", flush=True)
+        print("SPLIT " + json.dumps({"mode": mode, "concurrency": concurrency, "prompt_set": which, "steps": steps,
+                                     "ms_per_step": round(ms, 4), "parts": {k: round(v, 4) for k, v in parts.items()}}),
+              flush=True)
+        return
     t = time.perf_counter()
     steps = len(drive(engine, reqs[n:2 * n], concurrency=concurrency, id_prefix="a-")["steps"])
     print(f"{mode} c={concurrency}: {steps} steps, {1e3 * (time.perf_counter() - t) / steps:.2f} ms/step unprofiled",
@@ -220,6 +309,7 @@ class ProfileJob:
     requests: int = opt(16, "trace: requests per prompt set (at least 2 x its concurrency)")
     prompt_set: str = opt("free", "none/k0/adaptive: the prompt set driven in a closed loop")
     out: str | None = opt(None, "none/k0/adaptive: cProfile stats file (default /tmp/dflash-step-WHAT-cC.prof)")
+    split: bool = opt(False, "none/k0/adaptive: no profiler; each part's wall-clock ms per step instead (SplitTimer)")
 
 
 def main(argv=None) -> int:
@@ -234,5 +324,5 @@ def main(argv=None) -> int:
         trace_policy(job.sets, job.concurrency, job.requests)
     else:
         profile_step(job.what, job.concurrency, job.out or f"/tmp/dflash-step-{job.what}-c{job.concurrency}.prof",
-                     job.prompt_set)
+                     job.prompt_set, split=job.split)
     return 0
