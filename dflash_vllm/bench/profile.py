@@ -36,6 +36,7 @@ Single runs vary by ~10 % on a 2-core VM: compare within one session, with nothi
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import time
@@ -115,30 +116,29 @@ def profile_draft(native: bool) -> None:
 
 class SplitTimer:
     """Wall-clock time per call of chosen methods, summed per label: ``wrap(owner, name)``
-    replaces ``owner.name`` (an instance's bound method, or a class's function) with a timed
-    one that returns and raises what it did. Nested timed calls each count in full (a
-    caller's time includes its callees')."""
+    replaces ``owner.name`` (an instance's attribute, bound methods and the plugin's own
+    wrappers included) with the project's one step timer (``metrics.timed``, wall clock) around
+    it, which returns and raises what it did. Nested timed calls each count in full (a caller's
+    time includes its callees')."""
 
     def __init__(self):
         self.seconds: dict[str, float] = {}
         self.calls: dict[str, int] = {}
 
     def wrap(self, owner, name: str, label: str | None = None) -> None:
-        fn = getattr(owner, name)
-        label = label or f"{owner.__name__ if isinstance(owner, type) else type(owner).__name__}.{name}"
-        seconds, calls = self.seconds, self.calls
-        seconds.setdefault(label, 0.0)
-        calls.setdefault(label, 0)
+        from ..metrics import timed
 
-        def timed(*args, **kwargs):
-            t = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                seconds[label] += time.perf_counter() - t
-                calls[label] += 1
+        fn = getattr(owner, name)  # already bound (or a plain callable): timed's first argument is not passed on
+        label = label or f"{type(owner).__name__}.{name}"
+        self.seconds.setdefault(label, 0.0)
+        self.calls.setdefault(label, 0)
 
-        setattr(owner, name, timed)
+        def observe(seconds: float) -> None:
+            self.seconds[label] += seconds
+            self.calls[label] += 1
+
+        wrapper = timed(lambda _owner, *a, **kw: fn(*a, **kw), observe, lambda _owner: "cpu")
+        setattr(owner, name, functools.partial(wrapper, owner))
 
     def reset(self) -> None:
         for k in self.seconds:
@@ -160,9 +160,6 @@ def _split_timer(engine) -> SplitTimer:
     """Wrap the parts of an in-process engine (VLLM_ENABLE_V1_MULTIPROCESSING=0) after it is
     built: the plugin's checks read the runner's source at start-up, and its per-instance
     wrappers are timed as they stand (ours included)."""
-    from vllm.v1.core.sched.scheduler import Scheduler
-    from vllm.v1.engine.core import EngineCore
-
     timer = SplitTimer()
     core = engine.engine_core.engine_core
     timer.wrap(core, "step_fn", "EngineCore.step")  # what the in-process client calls each step
@@ -176,7 +173,6 @@ def _split_timer(engine) -> SplitTimer:
     for name in _SPLIT_PROPOSER if drafter is not None else ():
         if hasattr(drafter, name):
             timer.wrap(drafter, name, f"proposer.{name}")
-    assert isinstance(core, EngineCore) and isinstance(core.scheduler, Scheduler)
     return timer
 
 
