@@ -1,14 +1,16 @@
 """Where the time of a step goes, on the demo pair (CPU, the engine core in this process).
 
-    dflash-vllm bench profile draft [--native]          # one drafting call's ops, ours (or native)
+    dflash-vllm bench profile draft [--native] [--concurrency 64]   # one drafting call's ops, ours (or native)
     dflash-vllm bench profile none|k0|adaptive [--concurrency 64] [--prompt-set chat] [--out FILE.prof]   # a step
     dflash-vllm bench profile trace [--sets code@64 chat@1] [--concurrency 1]   # the adaptive policy's view
     dflash-vllm bench profile none|k0|adaptive --split [--concurrency 64] [--prompt-set chat]   # a step's parts, no profiler
 
-``draft``: 60 held-out task prompts one at a time; torch.profiler over drafting calls 20..220
+``draft``: held-out task prompts (60, or 8 per request in flight) at ``--concurrency`` (1
+unless set); torch.profiler over drafting calls 20..220, or to the end when fewer
 (``propose_draft_token_ids``); prints the mean wall time of a drafting call and the ops' self
 time per call (only ops inside the drafting calls). Session 6 used it to find the dense context
-gather (issue #12).
+gather (issue #12); session 27 compared ours and native at c = 64 (the same GEMMs and attention
+kernel, ~26 ms per call each).
 ``none|k0|adaptive``: the bench's ``free`` prompts (``--prompt-set``) in a closed loop at ``--concurrency`` (a warm-up third,
 one unprofiled third, one third under cProfile); prints ms per engine step and writes the
 cProfile stats (compare two with ``python -m pstats``, sorted by cumulative time). ``none`` is
@@ -61,7 +63,7 @@ def _spec(k: int = 15) -> dict:
     return {"method": "dflash", "model": str(paths.DEMO_DRAFTER), "num_speculative_tokens": k}
 
 
-def profile_draft(native: bool) -> None:
+def profile_draft(native: bool, concurrency: int = 1) -> None:
     import bisect
     import collections
 
@@ -74,7 +76,7 @@ def profile_draft(native: bool) -> None:
     from ..prompts import chat_ids
 
     envs.set(envs.NATIVE, 1 if native else 0)
-    llm = _engine(_spec(), 8)
+    llm = _engine(_spec(), max(8, concurrency))
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
     original = GPUModelRunner.propose_draft_token_ids
@@ -94,8 +96,10 @@ def profile_draft(native: bool) -> None:
     GPUModelRunner.propose_draft_token_ids = propose
     tok = AutoTokenizer.from_pretrained(str(paths.DEMO_TARGET))
     reqs = [{"prompt_token_ids": chat_ids(tok, s.prompt), "max_tokens": 96, "ignore_eos": False,
-             "stop_token_ids": [tok.eos_token_id]} for s in make_samples(60, seed=9)]
-    drive(llm.llm_engine, reqs, concurrency=1)
+             "stop_token_ids": [tok.eos_token_id]} for s in make_samples(max(60, 8 * concurrency), seed=9)]
+    drive(llm.llm_engine, reqs, concurrency=concurrency)
+    if 20 <= calls[0] < 220:  # fewer calls than the window (large batches): profile to the end
+        prof.stop()
     events = prof.events()
     spans = sorted((e.time_range.start, e.time_range.end) for e in events if e.name == "PROPOSE")
     starts = [a for a, _ in spans]
@@ -299,7 +303,7 @@ class ProfileJob:
                     "adaptive policy's view per 40-step window across --sets", required=True,
                     positional=True, choices=["draft", "none", "k0", "adaptive", "trace"])
     native: bool = opt(False, "draft: vLLM's built-in DFlash on the same weights")
-    concurrency: int = opt(1, "none/k0/adaptive/trace: requests in flight")
+    concurrency: int = opt(1, "requests in flight (draft: 1 unless set)")
     sets: list[str] = opt(["code", "chat"], "trace: prompt sets, run one after the other on one engine "
                           "(SET@C: that set at concurrency C)", nargs="+")
     requests: int = opt(16, "trace: requests per prompt set (at least 2 x its concurrency)")
@@ -315,7 +319,7 @@ def main(argv=None) -> int:
     job = parse_into(ProfileJob, ap.parse_args(argv))
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine core in this process
     if job.what == "draft":
-        profile_draft(job.native)
+        profile_draft(job.native, job.concurrency)
     elif job.what == "trace":
         trace_policy(job.sets, job.concurrency, job.requests)
     else:

@@ -121,15 +121,22 @@ class DrafterAttention(nn.Module):
         )
         self.fused = False  # set by DFlashDrafterModel
 
-    def forward(self, positions: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, positions: torch.Tensor, x: torch.Tensor, block_len: int | None = None) -> torch.Tensor:
+        """``block_len``: only the mask rows (1..block_len-1 of each block) go on past attention."""
         qkv, _ = self.qkv_proj(x)
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         n = x.shape[0]
         q = rms_norm(self.q_norm, q.reshape(n, self.num_heads, self.head_dim), self.fused).reshape(n, self.q_size)
         k = rms_norm(self.k_norm, k.reshape(n, self.num_kv_heads, self.head_dim), self.fused).reshape(n, self.kv_size)
         q, k = self.rotary_emb(positions, q, k)
-        out, _ = self.o_proj(self.attn(q, k, v))
+        out = self.attn(q, k, v)
+        out, _ = self.o_proj(out if block_len is None else mask_rows(out, block_len))
         return out
+
+
+def mask_rows(x: torch.Tensor, block_len: int) -> torch.Tensor:
+    """Rows 1..block_len-1 of each block of ``block_len`` rows (the masks; the anchor dropped), contiguous."""
+    return x.view(-1, block_len, x.shape[-1])[:, 1:].reshape(-1, x.shape[-1])
 
 
 class DrafterLayer(nn.Module):
@@ -140,13 +147,17 @@ class DrafterLayer(nn.Module):
         self.input_layernorm = RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
 
-    def forward(self, positions, h, residual):
+    def forward(self, positions, h, residual, block_len: int | None = None):
+        """``block_len``: only the mask rows go on past attention (the last layer's choice:
+        nothing reads an anchor's output there)."""
         fused = self.self_attn.fused
         if residual is None:
             residual, h = h, rms_norm(self.input_layernorm, h, fused)
         else:
             h, residual = add_rms_norm(self.input_layernorm, h, residual, fused)
-        h = self.self_attn(positions, h)
+        h = self.self_attn(positions, h, block_len)
+        if block_len is not None:
+            residual = mask_rows(residual, block_len)
         h, residual = add_rms_norm(self.post_attention_layernorm, h, residual, fused)
         return mlp(self.mlp, h, fused), residual
 
@@ -220,11 +231,16 @@ class DFlashDrafterModel(nn.Module):
         for i, a in enumerate(attns):
             write_kv(a.attn.kv_cache, k[:, i], kv[:, i, 1], slot_mapping)
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, inputs_embeds: torch.Tensor | None = None):
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, inputs_embeds: torch.Tensor | None = None,
+                block_len: int | None = None) -> torch.Tensor:
+        """Final hidden states of the block's rows [N, H]; with ``block_len``, of the mask rows
+        only [N * (block_len - 1) / block_len, H]: the last layer drops each block's anchor row
+        after attention, so its o_proj, MLP and the final norm skip the rows nobody reads."""
         h = self.embed_input_ids(input_ids) if inputs_embeds is None else inputs_embeds
         residual = None
-        for layer in self.layers:
-            h, residual = layer(positions, h, residual)
+        last = len(self.layers) - 1
+        for i, layer in enumerate(self.layers):
+            h, residual = layer(positions, h, residual, block_len if i == last else None)
         h, _ = add_rms_norm(self.norm, h, residual, self.fused)
         return h
 

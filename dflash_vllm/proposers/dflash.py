@@ -902,8 +902,8 @@ class DFlashProposer(SpecDecodeBaseProposer):
         )
         _, per_layer_metadata = self.build_per_group_and_layer_attn_metadata(block_cad)
         with set_forward_context(per_layer_metadata, self.vllm_config, num_tokens=num_reqs * q_len):
-            hidden = self.model(input_ids.view(-1), positions.view(-1))  # [num_reqs * (K+1), H]
-        mask_hidden = hidden.view(num_reqs, q_len, -1)[:, 1:].reshape(num_reqs * k, -1)
+            # [num_reqs * K, H]: the mask rows only (the last layer drops the anchors after attention)
+            mask_hidden = self.model(input_ids.view(-1), positions.view(-1), block_len=q_len)
         draft_ids, draft_probs = self._sample_draft_tokens(mask_hidden, sampling_metadata)
         if draft_probs is not None:
             self._last_draft_probs = draft_probs.view(num_reqs, k, -1)
@@ -940,7 +940,7 @@ class DFlashProposer(SpecDecodeBaseProposer):
         temperature-only q, same exactness). Seeded requests draw with their own generator,
         which makes them reproducible run to run with speculation on."""
         if not self._enable_probabilistic_draft_probs or sampling_metadata.all_greedy:
-            return self.model.compute_logits(hidden_states).argmax(dim=-1), None
+            return row_argmax(self.model.compute_logits(hidden_states)), None
         from vllm.v1.sample.ops.topk_topp_sampler import apply_top_k_top_p
 
         logits = self.model.compute_logits(hidden_states).float()  # [num_reqs * K, V]
@@ -955,8 +955,8 @@ class DFlashProposer(SpecDecodeBaseProposer):
         noise = torch.empty_like(q).exponential_()
         for req_idx, gen in sampling_metadata.generators.items():
             noise[req_idx * k : (req_idx + 1) * k].exponential_(generator=gen)
-        drafts = (q / noise).argmax(dim=-1)
-        drafts = torch.where(greedy, q.argmax(dim=-1), drafts)
+        drafts = row_argmax(q / noise)
+        drafts = torch.where(greedy, row_argmax(q), drafts)
         return drafts, q
 
     @torch.inference_mode()
@@ -968,6 +968,13 @@ class DFlashProposer(SpecDecodeBaseProposer):
         num_query = min(num_tokens, self.max_batch_size * self.max_query_len)
         with set_forward_context(None, self.vllm_config, num_tokens=num_query):
             self.model(self.input_ids[:num_query], positions[:num_query])
+
+
+def row_argmax(x: torch.Tensor) -> torch.Tensor:
+    """``x.argmax(-1)``. On CPU through ``max(-1)``, which returns the same index (the first
+    maximum; NaN wins in both) 2.5x faster: 0.25 against 0.64 ms for 960 x 801 fp32 logits on 2
+    cores, the demo pair's 1024-token block at concurrency 64 (session 27)."""
+    return x.argmax(dim=-1) if x.is_cuda else x.max(dim=-1).indices
 
 
 def _after(fn, hook):

@@ -128,9 +128,9 @@ def slots_for(table, r, positions):
     return table[r, positions // BLOCK].long() * BLOCK + positions % BLOCK
 
 
-def vllm_draft(model, vllm_config, features, ctx_lens, input_ids, g):
+def vllm_draft(model, vllm_config, features, ctx_lens, input_ids, g, block_len=None):
     """Context K/V written over two steps (with padding rows), then one block forward; returns
-    the final hidden states [num_reqs, Q, H]."""
+    the final hidden states [num_reqs, Q, H] (with ``block_len=Q``, the mask rows [num_reqs, Q - 1, H])."""
     from vllm.config import set_current_vllm_config
     from vllm.forward_context import set_forward_context
     from dflash_vllm.attention.backend import DraftBlockMetadata
@@ -168,8 +168,8 @@ def vllm_draft(model, vllm_config, features, ctx_lens, input_ids, g):
     builder = DFlashAttentionMetadataBuilder(types.SimpleNamespace(block_size=BLOCK), layer_names, vllm_config, torch.device("cpu"))
     md = builder.build_for_drafting(cad, draft_index=0)
     with set_current_vllm_config(vllm_config), set_forward_context(dict.fromkeys(layer_names, md), vllm_config, num_tokens=num_reqs * Q):
-        hidden = model(input_ids.view(-1), positions)
-    return hidden.view(num_reqs, Q, -1)
+        hidden = model(input_ids.view(-1), positions, block_len=block_len)
+    return hidden.view(num_reqs, Q if block_len is None else Q - 1, -1)
 
 
 def reference_draft(ref, target, features, ctx_lens, input_ids):
@@ -214,6 +214,23 @@ def test_vllm_drafter_matches_pytorch_drafter(vllm_env, tmp_path, monkeypatch, f
     torch.testing.assert_close(target.compute_logits(got), target.compute_logits(want), rtol=1e-4, atol=1e-4)
     # Same greedy drafts.
     assert torch.equal(target.compute_logits(got[:, 1:]).argmax(-1), target.compute_logits(want[:, 1:]).argmax(-1))
+
+
+@pytest.mark.parametrize("fused", ["cpp", "modules"])
+@torch.inference_mode()
+def test_mask_rows_only_equal_the_full_blocks_mask_rows(vllm_env, tmp_path, monkeypatch, fused):
+    """``forward(..., block_len=Q)`` (the proposer's call: the last layer drops each block's
+    anchor row after attention) gives the reference drafter's mask rows, and the same greedy drafts."""
+    from dflash_vllm import envs
+
+    monkeypatch.setenv(envs.FUSED_OPS.name, "1" if fused == "cpp" else "0")
+    cfg, ref, model, vllm_config, target = make_pair(tmp_path, attention_bias=True, num_layers=3)
+    features, input_ids, g = random_inputs(cfg, seed=3)
+    got = vllm_draft(model, vllm_config, features, CTX_LENS, input_ids, g, block_len=Q)
+    want = reference_draft(ref, target, features, CTX_LENS, input_ids)[:, 1:]
+    assert got.shape == want.shape
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    assert torch.equal(target.compute_logits(got).argmax(-1), target.compute_logits(want).argmax(-1))
 
 
 def old_context_k(model, target_features, positions):
@@ -289,3 +306,16 @@ def test_context_kv_unchanged_by_using_the_layer_modules(vllm_env, tmp_path, mon
         got = cache[slots // BLOCK, :, slots % BLOCK]
         torch.testing.assert_close(got[..., : cfg.head_dim], want_k[:, i], **tol)
         torch.testing.assert_close(got[..., cfg.head_dim :], want_v[:, i], **v_tol)
+
+
+def test_row_argmax_is_argmax_with_ties_and_nan():
+    """The drafts' argmax on CPU goes through max(-1): same index, the first maximum, NaN first."""
+    from dflash_vllm.proposers.dflash import row_argmax
+
+    g = torch.Generator().manual_seed(0)
+    padded = torch.randint(0, 4, (960, 832), generator=g).float()  # many ties per row
+    x = padded[:, :801]  # a view, as vLLM's logits past a padded vocabulary
+    x[3, 7] = float("nan")
+    x[5, 0] = x[5, 800] = 10.0
+    assert torch.equal(row_argmax(x), x.argmax(dim=-1))
+    assert row_argmax(x)[3] == 7 and row_argmax(x)[5] == 0
