@@ -403,12 +403,11 @@ class ContextQueue:
 
 
 class _Parts(tuple):
-    """A step's target features as the target handed them over, one tensor per feature layer
-    (rows x that layer's width), not yet concatenated: on a K = 0 step (CPU) the proposer
-    queues them so, held by reference, and the one copy is made at ``take``, of the rows
-    still live then. Concatenating them at once (``torch.cat`` of every row of every K = 0
-    step, most of which, at batch 64, are never written) was 0.7 ms of a ~35 ms step under
-    cProfile (session 23, ``bench profile k0 --concurrency 64 --prompt-set chat``)."""
+    """A step's target features one tensor per feature layer (rows x that layer's width), not
+    yet concatenated: what a K = 0 step queues when it keeps only some rows (those of requests
+    whose context was not shed, gathered per layer), concatenated once at ``take``, of the rows
+    still live then. (Until session 27 every K = 0 step queued the target's own tensors so, by
+    reference: see ``_held`` for why it copies now.)"""
 
 
 def _num_rows(features) -> int:
@@ -463,13 +462,15 @@ def _gather_features(entries: list[tuple]) -> torch.Tensor:
     return out
 
 
-def _held(aux_hidden_states, n: int):
-    """The first ``n`` rows of the target's feature layers, to be queued by a K = 0 step: by
-    reference (``_Parts``, no copy) where the target handed over tensors of its own, fresh
-    each forward (CPU, eager or compiled: no graph replays into static buffers); else copied
-    (concatenated), as a buffer a later step writes into cannot be held."""
-    if all(h.device.type == "cpu" and h._base is None for h in aux_hidden_states):
-        return _Parts(h[:n] for h in aux_hidden_states)
+def _held(aux_hidden_states, n: int) -> torch.Tensor:
+    """The first ``n`` rows of the target's feature layers, to be queued by a K = 0 step: one
+    copy (concatenated), never the target's own tensors. Holding those by reference (sessions
+    23-26, to save this copy) kept each K = 0 step's activations alive for as long as its rows
+    stayed queued, and the target's forward got slower for it: on the demo pair, K = 0 against
+    no speculation over chat and free at c = 1..64 (session 27, ``bench/results/s27/k0-context``),
+    the target forward read 1.02-1.05x none's held against 1.00-1.01x copied, the whole step
+    0.913-0.948 of none's held (three runs) against 0.946 and 0.966 copied, with the copy's
+    host time within the noise. (A buffer a later step writes into could not be held anyway.)"""
     return torch.cat([h[:n] for h in aux_hidden_states], dim=-1)
 
 
@@ -806,7 +807,7 @@ class DFlashProposer(SpecDecodeBaseProposer):
                     queue.shed(limit // 2 - num_tokens)
                 fits = queue.rows + num_tokens <= limit // 2
             if fits:
-                if isinstance(features, _Parts):  # held by reference: see _held
+                if isinstance(features, _Parts):  # gathered per layer (rows kept, see _plan_then_propose)
                     feats = features if _num_rows(features) == num_tokens else _Parts(p[:num_tokens] for p in features)
                 elif features.shape[0] == num_tokens and not features._is_view():
                     feats = features
