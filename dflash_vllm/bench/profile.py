@@ -112,6 +112,8 @@ def profile_draft(native: bool, concurrency: int = 1) -> None:
             self_us[e.name] += e.self_cpu_time_total
             count[e.name] += 1
     n = len(spans)
+    if not n:
+        raise SystemExit("dflash-vllm bench profile draft: fewer than 20 drafting calls ran, none profiled")
     print(f"{'native' if native else 'ours'}: {n} drafting calls, {sum(b - a for a, b in spans) / n:.1f} us per call, "
           f"ops' self time {sum(self_us.values()) / n:.1f} us per call")
     for name, us in self_us.most_common(22):

@@ -1439,9 +1439,9 @@ def test_a_queue_of_held_and_concatenated_steps_takes_every_row_side_by_side():
 
 
 def test_queued_features_are_copied_once_at_take_and_an_entry_holds_at_most_twice_its_live_rows():
-    """A K = 0 step's features queued per layer (``_Parts``): rows dropped from a step are only forgotten while at least half of them are
-    live (no copy), copied out once they are fewer, and ``take`` copies the live rows of every
-    step once, side by side, in step order."""
+    """A K = 0 step's features queued per layer (``_Parts``): rows dropped from a step are only
+    forgotten while at least half of them are live (no copy), copied out once they are fewer,
+    and ``take`` copies the live rows of every step once, side by side, in step order."""
     import torch
 
     from dflash_vllm.proposers import dflash as prop
