@@ -407,7 +407,7 @@ class _Parts(tuple):
     yet concatenated: what a K = 0 step queues when it keeps only some rows (those of requests
     whose context was not shed, gathered per layer), concatenated once at ``take``, of the rows
     still live then. (Until session 27 every K = 0 step queued the target's own tensors so, by
-    reference: see ``_held`` for why it copies now.)"""
+    reference: see ``_queued_features`` for why it copies now.)"""
 
 
 def _num_rows(features) -> int:
@@ -443,8 +443,8 @@ def _gather_features(entries: list[tuple]) -> torch.Tensor:
     per feature layer into its columns (at batch 1 a queue holds hundreds of one-row steps;
     a copy per step and layer cost ~4x the concatenation)."""
     first = entries[0][1]
-    # Layer by layer where every step was held so (_held decides per step: a queue can hold both
-    # kinds), else every step's rows whole (a held step concatenated first).
+    # Layer by layer where every step was queued per layer (_Parts: steps that kept only some
+    # rows; a queue can hold both kinds), else every step's rows whole (a _Parts step concatenated first).
     split = all(isinstance(e[1], _Parts) for e in entries)
     layers = first if isinstance(first, _Parts) else (first,)
     ref = layers[0]
@@ -462,11 +462,11 @@ def _gather_features(entries: list[tuple]) -> torch.Tensor:
     return out
 
 
-def _held(aux_hidden_states, n: int) -> torch.Tensor:
+def _queued_features(aux_hidden_states, n: int) -> torch.Tensor:
     """The first ``n`` rows of the target's feature layers, to be queued by a K = 0 step: one
     copy (concatenated), never the target's own tensors. Holding those by reference (sessions
-    23-26, to save this copy) kept each K = 0 step's activations alive for as long as its rows
-    stayed queued, and the target's forward got slower for it: on the demo pair, K = 0 against
+    23-26, then ``_held``, to save this copy) kept each K = 0 step's activations alive for as
+    long as its rows stayed queued, and the target's forward got slower for it: on the demo pair, K = 0 against
     no speculation over chat and free at c = 1..64 (session 27, ``bench/results/s27/k0-context``),
     the target forward read 1.02-1.05x none's held against 1.00-1.01x copied, the whole step
     0.913-0.948 of none's held (three runs) against 0.946 and 0.966 copied, with the copy's
@@ -665,7 +665,7 @@ class DFlashProposer(SpecDecodeBaseProposer):
                 positions, slots = runner._get_positions(n), common_attn_metadata.slot_mapping[:n]
                 keep = queue.needed(req_ids, counts, starts)
                 if keep is None:
-                    features = _held(aux_hidden_states, n)
+                    features = _queued_features(aux_hidden_states, n)
                 else:  # rows of incomplete requests (ContextQueue): never copied
                     rows = np.flatnonzero(keep)
                     queue.shed_rows += n - len(rows)

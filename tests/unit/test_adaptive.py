@@ -1416,7 +1416,7 @@ def test_with_prefix_caching_no_request_drafted_for_reads_context_the_queue_shed
 
 
 def test_a_queue_of_held_and_concatenated_steps_takes_every_row_side_by_side():
-    """A K = 0 step queues its features concatenated (``_held``), or per layer (``_Parts``) when
+    """A K = 0 step queues its features concatenated (``_queued_features``), or per layer (``_Parts``) when
     it keeps only some rows: one queue can hold both, and ``take`` must lay every step's rows
     out alike (layer by layer, in step order)."""
     import torch
@@ -1496,7 +1496,7 @@ def test_a_k0_step_queues_a_copy_never_the_targets_own_tensors():
     from dflash_vllm.proposers import dflash as prop
 
     aux = [torch.randn(8, 4), torch.randn(8, 4)]
-    feats = prop._held(aux, 5)
+    feats = prop._queued_features(aux, 5)
     assert torch.equal(feats, torch.cat([a[:5] for a in aux], dim=-1))
     own = {a.untyped_storage().data_ptr() for a in aux}
     parts = feats if isinstance(feats, prop._Parts) else (feats,)
