@@ -197,7 +197,8 @@ def tables(result: dict) -> str:
 
 
 def _fixed_k(method: str) -> int | None:
-    return int(method.split("=", 1)[1]) if method.startswith("ours@k=") else None
+    # (a replica, ``ours@k=N#2``, is not one more candidate for the best fixed K)
+    return int(method.split("=", 1)[1]) if method.startswith("ours@k=") and "#" not in method else None
 
 
 # One-sided 95 % Student t quantiles by degrees of freedom (repeats - 1).

@@ -62,18 +62,29 @@ class Worker:
 
 
 FIXED_PREFIX = "ours@k="
+REPLICA = "#"
+
+
+def replica_of(method: str) -> str:
+    """The method a replica runs: ``none#2`` -> ``none`` (the same configuration in an engine
+    process of its own, to measure how far two processes of one method read apart)."""
+    return method.split(REPLICA, 1)[0]
 
 
 def parse_methods(spec: str) -> list[str]:
     """"none,ours,ours@k=1,3,7,15,native" -> none, ours, ours@k=1, ours@k=3, ours@k=7, ours@k=15,
-    native: bare numbers after an ``ours@k=N`` entry are more fixed-K variants."""
+    native: bare numbers after an ``ours@k=N`` entry are more fixed-K variants. ``METHOD#N``
+    (N >= 2) is a replica of METHOD: its configuration in another engine process."""
     out: list[str] = []
     for tok in (t.strip() for t in spec.split(",")):
         if not tok:
             continue
         if tok.isdigit() and out and out[-1].startswith(FIXED_PREFIX):
             tok = FIXED_PREFIX + tok
-        if tok.startswith(FIXED_PREFIX) and not tok[len(FIXED_PREFIX):].isdigit():
+        base, _, rep = tok.partition(REPLICA)
+        if _ and (not rep.isdigit() or int(rep) < 2 or not base):
+            raise SystemExit(f"dflash-vllm bench: bad method {tok!r}: a replica is METHOD#N, N >= 2 (e.g. none#2)")
+        if base.startswith(FIXED_PREFIX) and not base[len(FIXED_PREFIX):].isdigit():
             raise SystemExit(f"dflash-vllm bench: bad method {tok!r}: use ours@k=N (N = 0, 1, ...)")
         if tok not in out:
             out.append(tok)
@@ -97,11 +108,15 @@ def method_configs(args) -> dict[str, dict]:
                                                   "num_speculative_tokens": args.eagle3_k}}
     methods = parse_methods(args.methods)
     for m in methods:
-        if m.startswith(FIXED_PREFIX):
-            n = int(m[len(FIXED_PREFIX):])
+        base = replica_of(m)
+        if base.startswith(FIXED_PREFIX):
+            n = int(base[len(FIXED_PREFIX):])
             # K pinned: the drafter block is N + 1 (as a fixed num_speculative_tokens = N engine
             # has always run); K = 0 keeps --k slots and skips every drafter forward.
-            table[m] = {"speculative_config": {**dflash, "num_speculative_tokens": n or args.k, "dflash_fixed_k": n}}
+            table[base] = {"speculative_config": {**dflash, "num_speculative_tokens": n or args.k, "dflash_fixed_k": n}}
+    for m in methods:
+        if m != replica_of(m) and replica_of(m) in table:
+            table[m] = table[replica_of(m)]
     if args.eagle3 and "eagle3" not in methods:
         methods.append("eagle3")
     unknown = [m for m in methods if m not in table]

@@ -51,3 +51,31 @@ def test_best_fixed_k_picked_on_other_repeats_is_free_of_the_choice_bias():
     result["cells"][1] = cell("ours@adaptive", [80, 80, 80])
     (row,) = adaptive_check(result)
     assert row["vs_best_fixed_held_out"] == pytest.approx(0.8)
+
+
+def test_a_replica_is_its_methods_configuration_in_another_process_and_no_fixed_k_candidate():
+    from types import SimpleNamespace
+
+    from dflash_vllm.bench.runner import method_configs, parse_methods
+
+    assert parse_methods("none,none#2,ours@k=0,3,ours@k=3#2") == ["none", "none#2", "ours@k=0", "ours@k=3", "ours@k=3#2"]
+    for bad in ("none#1", "none#x", "#2", "ours@k=a#2"):
+        with pytest.raises(SystemExit, match="bench: bad method"):
+            parse_methods(bad)
+    args = SimpleNamespace(drafter="D", k=15, draft_sample_method=None, ngram_k=4, eagle3=None,
+                           methods="ours@k=3#2,none#2")
+    table = method_configs(args)
+    assert list(table) == ["none", "ours@k=3#2", "none#2"]
+    assert table["ours@k=3#2"]["speculative_config"]["dflash_fixed_k"] == 3
+    assert table["none#2"] == table["none"]
+    with pytest.raises(SystemExit, match="unknown method"):
+        method_configs(SimpleNamespace(**{**vars(args), "methods": "nope#2"}))
+
+    def cell(method, per):
+        return {"prompt_set": "chat", "concurrency": 1, "method": method, "output_tokens_per_s": sum(per) / len(per),
+                "tokens_per_s_per_repeat": per}
+
+    result = {"cells": [cell("none", [100] * 3), cell("ours@adaptive", [100] * 3), cell("ours@k=0", [90] * 3),
+                        cell("ours@k=0#2", [130] * 3)]}
+    (row,) = adaptive_check(result)
+    assert row["best_fixed"] == "ours@k=0"
