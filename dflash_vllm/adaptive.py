@@ -20,7 +20,7 @@ The model (everything is learned online, on the host, from what vLLM already bri
   know look like a deep drafter: on the demo pair's chat prompts, rho ~1.8 on g(2..) ~0.5-0.8 left
   over from earlier prompts.)
 - cost: one engine step costs
-  ``T(k) = T_v(N0) + [D > 0] (delta + I(N0, D)) + [q > 0] T_d(R (q + 1))``, ``D = sum_i k_i``:
+  ``T(k) = T_v(N0) + [D > 0] (delta + I(N0, D)) + [q > 0] T_d(R_d (q + 1))``, ``D = sum_i k_i``:
   ``T_v(N0)`` a plain step (everything but the drafting call: target forward, scheduling,
   sampling, the plan; on a K = 0 step the deferred context copy) over ``N0`` tokens verified
   without drafts (one per decoding request plus the prefill running alongside: a running mean
@@ -32,7 +32,8 @@ The model (everything is learned online, on the host, from what vLLM already bri
   64, 256, 1024: flat while the device has idle compute, steeper once it has none), priced
   apart from a decoding request (a request brings scheduling, sampling and output handling
   besides its token: one slope for both priced 15 drafts at batch 1 as 15 more requests);
-  ``T_d`` the drafter forward over ``R (q + 1)`` block tokens, R the batch size and
+  ``T_d`` the drafter forward over ``R_d (q + 1)`` block tokens, R_d the requests that submit
+  drafts (the forward runs for those only; the whole batch under tensor parallelism) and
   ``q = max_i k_i``, with the context K/V write of the tokens the step verified (on CPU: the
   whole drafting call, vLLM's drafter input preparation included, which only drafted steps
   pay; the context K = 0 steps deferred is the price of drafting again, measured on probes
@@ -50,7 +51,7 @@ The model (everything is learned online, on the host, from what vLLM already bri
   once; ``q = 0`` (no drafter forward at all, the step costs a plain decode step plus the
   context K/V write) competes on the same terms. Acceptance alone cannot decide: the same
   survival curve is worth drafting at batch 1 and not at batch 64, which only ``dI/dD`` and
-  ``T_d(R (q + 1))`` see.
+  ``T_d(R_d (q + 1))`` see.
 
 Exploration: the priors are optimistic (drafting looks free until measured); while drafting,
 every ``dither_every``-th step submits one draft more or less per request (near the optimum
@@ -638,6 +639,9 @@ class AdaptivePolicy:
         self._probe_meas: _ProbeMeasurement | None = None
         self.probe_loss: dict[int, float] = {}
         self._probe_bucket: int | None = None  # the log2 batch bucket of the latest probe
+        # The drafter forward runs over the requests that submit drafts only (the proposer's
+        # _drafting_rows; not under tensor parallelism, where every rank runs the whole batch).
+        self.forward_drafting_rows_only = True
 
     # called once per step, at the start of the drafting call
     def on_step(self, now: float, num_tokens: int, num_reqs: int, step_start: float | None,
@@ -872,6 +876,12 @@ class AdaptivePolicy:
         return np.zeros(r, dtype=np.int64), 0
 
     @property
+    def dormant(self) -> bool:
+        """The latest plan's optimum was "no drafts" (probes aside): drafting does not pay now."""
+        c = self._optimum_cache
+        return self.fixed is None and c is not None and c.opt is not None and not c.drafts
+
+    @property
     def optimum(self):
         """The optimum the latest plan used (see ``_optimum``), or None: for tracing."""
         return self._optimum_cache.opt if self._optimum_cache else None
@@ -905,7 +915,9 @@ class AdaptivePolicy:
         n0 = num_reqs + self.prefill_tokens
         t0 = float(cm.t_verify(n0))
         g0 = r / max(t0, 1e-9)
-        t_draft = cm.t_draft(num_reqs * (caps + 1))  # [C]
+        # The drafter forward over the requests that draft (or the whole batch), one block each.
+        subset = self.forward_drafting_rows_only
+        t_draft_all = cm.t_draft((r if subset else num_reqs) * (caps + 1))  # [C]: every decoding request drafts
         # A step that verifies drafts is priced as the plain step it extends (t0, with the plain
         # line's local error) plus delta plus what its drafts add (CostModel): never below t0 +
         # delta. (Until session 19 the drafted plan was priced from the lines at N0 + sum k,
@@ -922,6 +934,7 @@ class AdaptivePolicy:
             gain = r + cs[rows, kc].sum(axis=1)
             d_tot = kc.sum(axis=1)
             t_v = cm.t_verify(n0, d_tot)
+            t_draft = cm.t_draft(np.count_nonzero(kc, axis=1) * (caps + 1)) if subset else t_draft_all
             g = gain / np.maximum(t_v + t_draft, 1e-9)
             c = int(np.argmax(g))
             if g[c] > best_g:
@@ -932,7 +945,7 @@ class AdaptivePolicy:
         # A probe (while drafting does not pay) drafts as deep as costs at most a quarter of a
         # plain step more than one draft each: on a device with idle compute that is the whole
         # block, and one probe then measures every position's acceptance, not only the first.
-        t_caps = cm.t_verify(n0, r * caps) + t_draft
+        t_caps = cm.t_verify(n0, r * caps) + t_draft_all
         q_probe = int(caps[np.flatnonzero(t_caps <= t_caps[0] + 0.25 * t0)[-1]])
         i_probe = int(np.searchsorted(caps, q_probe))
         # What a probe loses against a plain step, in plain steps (its accepted drafts count).

@@ -104,6 +104,7 @@ class ContextQueue:
         self.dropped = 0  # rows never written (their request ended first)
         self.shed_rows = 0  # rows never written (shed at the limit: their request became incomplete)
         self.shed_requests = 0
+        self.closed_requests = 0  # of which context was never kept (close_door)
         self.incomplete: set[str] = set()  # live requests whose queued context was shed
         self.protected: set[str] = set()
         self._ended: dict[str, int] = {}  # req_id -> the step at which it was seen ended
@@ -180,6 +181,29 @@ class ContextQueue:
             for b in blocks[:n_hit]:
                 self._readers.setdefault(b, set()).add(rid)
         self._fresh(rid, blocks[n_hit:])
+
+    def close_door(self, rids) -> int:
+        """Keep no context for these requests (new ones, while drafting does not pay; see
+        ``DFlashProposer._close_door``): incomplete from their start, as if shed at once. With
+        prefix caching, from their prompt's last full block on (prompt blocks are written: a
+        later request may hit them), and only with the ledger on. Protected requests are never
+        closed. The number closed."""
+        if self.block_size is not None and not self.ledger:
+            return 0
+        closed = 0
+        for r in rids:
+            if r in self.incomplete or r in self.protected:
+                continue
+            if self.block_size is not None:
+                cut = self._cut_of(r)
+                if cut is None:
+                    continue
+                self._mark(r, cut)
+                self._cut[r] = cut
+            self.incomplete.add(r)
+            closed += 1
+        self.closed_requests += closed
+        return closed
 
     def _hit_unwritten(self, rid: str, hit: int) -> None:
         self.incomplete.add(rid)
@@ -511,6 +535,8 @@ def _subset(entry: tuple, live: np.ndarray, per_row: bool = False) -> tuple | No
 
 
 class DFlashProposer(SpecDecodeBaseProposer):
+    SENTINELS = 4  # requests that keep drafter context while drafting does not pay (_close_door)
+
     def __init__(self, vllm_config: VllmConfig, device: torch.device, runner=None):
         spec = vllm_config.speculative_config
         assert spec is not None and spec.method == "dflash"
@@ -555,6 +581,7 @@ class DFlashProposer(SpecDecodeBaseProposer):
         # ranks, so an adaptive policy there varies the submitted lengths only (rank 0's count).
         self._same_on_all_ranks = fixed is not None or vllm_config.parallel_config.world_size == 1
         self.policy = adaptive.AdaptivePolicy(k_max, fixed=fixed)
+        self.policy.forward_drafting_rows_only = self._same_on_all_ranks  # see _drafting_rows
         if not self.policy_active:
             if not default and (fixed is not None or runner is not None):
                 logger.warning("dflash-vllm: async scheduling is on, so every request drafts K=%d every step "
@@ -592,6 +619,7 @@ class DFlashProposer(SpecDecodeBaseProposer):
         return {"drafter_forwards": self.num_drafter_forwards, "skipped_forwards": self.num_skipped_forwards,
                 "submitted_hist": self.submitted_hist.tolist(), "context_rows_dropped": self._ctx_queue.dropped,
                 "context_rows_shed": self._ctx_queue.shed_rows, "requests_shed": self._ctx_queue.shed_requests,
+                "requests_closed_at_door": self._ctx_queue.closed_requests,
                 "requests_hit_unwritten": self._ctx_queue.hit_unwritten, "blocks_unwritten": len(self._ctx_queue.unwritten)}
 
     def _observe_verified(self, result, scheduler_output, *args, **kwargs) -> None:
@@ -651,6 +679,8 @@ class DFlashProposer(SpecDecodeBaseProposer):
             if queue.ledger:
                 queue.schedule(scheduler_output.scheduled_new_reqs, scheduler_output.scheduled_cached_reqs,
                                self._kv_group)
+        if scheduler_output.scheduled_new_reqs and self.policy.dormant:
+            self._close_door(scheduler_output.scheduled_new_reqs, sampling_metadata)
         k_max = scheduler_output.num_spec_tokens_to_schedule
         n = scheduler_output.total_num_scheduled_tokens
         if k_max and n and runner.input_batch.num_reqs:
@@ -705,6 +735,27 @@ class DFlashProposer(SpecDecodeBaseProposer):
                 # inside it (a drafted step's own cost: 7 % of a step at batch 1 on the demo pair,
                 # K = 15); the rows K = 0 steps deferred stay out (see _flush_queue).
                 self._draft_timing = ("cpu", t0 + self._flush_s, self._call_end, t[3])
+
+    def _close_door(self, new_reqs, sampling_metadata) -> None:
+        """While drafting does not pay (the policy's optimum: no drafts), keep drafter context
+        for ``SENTINELS`` requests only: a request that arrives when as many with context are
+        running gets none (ContextQueue.close_door), so its rows are never copied, queued,
+        shed or written. Probes draft for the sentinels (and the forward runs for those only,
+        _drafting_rows): enough rows to tell a change of workload, at a fraction of a whole
+        batch's block forward. Once drafting pays again, requests arrive with context as usual;
+        the closed ones never draft (they finish without speculation). Before this, at batch 64
+        on prompts the drafter does not know, the queue kept every request's rows and shed ~90 %
+        of them unwritten at its limit: ~0.5 ms of host work per step (session 27). Requests with
+        their own seed are never closed (they draft K every step)."""
+        runner, queue = self._runner, self._ctx_queue
+        num_reqs = runner.input_batch.num_reqs
+        room = self.SENTINELS - (num_reqs - len(queue.incomplete))
+        if room >= 0:
+            return
+        index = runner.input_batch.req_id_to_index
+        seeded = getattr(sampling_metadata, "generators", None) or {}
+        ids = [nr.req_id for nr in new_reqs if index.get(nr.req_id) not in seeded]
+        queue.close_door(ids[max(0, len(ids) + room):])
 
     def _find_kv_group(self, runner) -> int:
         """The KV cache group holding every drafter layer (its block ids are the ones the
@@ -868,10 +919,12 @@ class DFlashProposer(SpecDecodeBaseProposer):
         num_reqs, num_tokens = cad.num_reqs, target_token_ids.shape[0]
 
         k = num_speculative_tokens
+        rows = None  # the requests the block forward runs for: None, all of them
         if k and self.policy_active:
             k, self._planned_q = self._planned_q, None
             if k is None:  # not planned by _plan_then_propose (a caller other than the runner's step)
                 k = self._plan(num_reqs, num_tokens, num_speculative_tokens, sampling_metadata)
+            rows = self._drafting_rows(num_reqs)
         if k == 0:  # every request submits 0 drafts (reached here under async scheduling or another caller)
             self._skip_forward(target_hidden_states, target_positions, cad.slot_mapping, num_tokens)
             return torch.empty(num_reqs, 0, dtype=torch.int64, device=self.device)
@@ -880,36 +933,59 @@ class DFlashProposer(SpecDecodeBaseProposer):
         ctx_lens = cad.seq_lens[:num_reqs]
         if num_rejected_tokens_gpu is not None:
             ctx_lens = ctx_lens - num_rejected_tokens_gpu[:num_reqs]
+        anchors, block_table, n = next_token_ids[:num_reqs], cad.block_table_tensor, num_reqs
+        if rows is not None:  # only the requests that submit drafts (see _drafting_rows)
+            idx = torch.from_numpy(rows).to(self.device)
+            ctx_lens, anchors, block_table, n = ctx_lens[idx], anchors[idx], block_table[idx], len(rows)
         q_len = k + 1
-        # [num_reqs, K+1]; near max_model_len the tail positions are clamped: those drafts
+        # [n, K+1]; near max_model_len the tail positions are clamped: those drafts
         # can never be accepted (the request ends first), they only need valid RoPE rows.
         positions = (ctx_lens[:, None] + self._block_offsets[:q_len]).clamp_max(self.max_model_len - 1)
-        input_ids = torch.full((num_reqs, q_len), self.mask_token_id, dtype=torch.int32, device=self.device)
-        input_ids[:, 0] = next_token_ids[:num_reqs]
+        input_ids = torch.full((n, q_len), self.mask_token_id, dtype=torch.int32, device=self.device)
+        input_ids[:, 0] = anchors
 
-        query_start_loc = self.arange[: num_reqs + 1] * q_len
+        query_start_loc = self.arange[: n + 1] * q_len
         block_cad = DraftBlockMetadata(
             query_start_loc=query_start_loc,
-            query_start_loc_cpu=torch.from_numpy(self.token_arange_np[: num_reqs + 1] * q_len),  # no device sync
+            query_start_loc_cpu=torch.from_numpy(self.token_arange_np[: n + 1] * q_len),  # no device sync
             seq_lens=ctx_lens + q_len,
-            num_reqs=num_reqs,
-            num_actual_tokens=num_reqs * q_len,
+            num_reqs=n,
+            num_actual_tokens=n * q_len,
             max_query_len=q_len,
             max_seq_len=cad.max_seq_len + q_len,  # an upper bound on every ctx_len + q_len; no host sync
-            block_table_tensor=cad.block_table_tensor,
+            block_table_tensor=block_table,
             slot_mapping=cad.slot_mapping[:0],
             causal=False,
             context_lens=ctx_lens,
         )
         _, per_layer_metadata = self.build_per_group_and_layer_attn_metadata(block_cad)
-        with set_forward_context(per_layer_metadata, self.vllm_config, num_tokens=num_reqs * q_len):
-            # [num_reqs * K, H]: the mask rows only (the last layer drops the anchors after attention)
+        with set_forward_context(per_layer_metadata, self.vllm_config, num_tokens=n * q_len):
+            # [n * K, H]: the mask rows only (the last layer drops the anchors after attention)
             mask_hidden = self.model(input_ids.view(-1), positions.view(-1), block_len=q_len)
-        draft_ids, draft_probs = self._sample_draft_tokens(mask_hidden, sampling_metadata)
+        draft_ids, draft_probs = self._sample_draft_tokens(mask_hidden, sampling_metadata, rows)
+        self._end_draft(t_start, n * q_len)
+        draft_ids = draft_ids.view(n, k)
+        if rows is not None:  # the other rows submit none of theirs (_submit cuts them to 0)
+            draft_ids = draft_ids.new_zeros(num_reqs, k).index_copy_(0, idx, draft_ids)
         if draft_probs is not None:
-            self._last_draft_probs = draft_probs.view(num_reqs, k, -1)
-        self._end_draft(t_start, num_reqs * q_len)
-        return draft_ids.view(num_reqs, k)
+            draft_probs = draft_probs.view(n, k, -1)
+            if rows is not None:
+                draft_probs = draft_probs.new_zeros(num_reqs, *draft_probs.shape[1:]).index_copy_(0, idx, draft_probs)
+            self._last_draft_probs = draft_probs
+        return draft_ids
+
+    def _drafting_rows(self, num_reqs: int) -> np.ndarray | None:
+        """The rows whose planned length is above 0, when some are not: the block forward runs
+        for those only (a request's block reads its own context and its own block alone, so
+        theirs come out the same). None: every row (all draft, or the forward must be the same
+        on every rank: tensor parallelism with the adaptive policy). At batch 64 on a workload
+        the drafter does not know, most requests' context was shed (ContextQueue) and a probe
+        drafts for the few others; the forward used to run all 64 blocks regardless."""
+        k = self._pending_k
+        if k is None or len(k) != num_reqs or not self._same_on_all_ranks or self._ctx_queue.protected:
+            return None  # (seeded requests: their drafts from the whole batch's forward, as always)
+        rows = np.flatnonzero(k)
+        return rows if 0 < len(rows) < num_reqs else None
 
     def _begin_draft(self, features, positions, slot_mapping, num_tokens: int):
         """A drafting call's context write and T_d's start: every verified token's context K/V
@@ -934,28 +1010,34 @@ class DFlashProposer(SpecDecodeBaseProposer):
         else:
             self._draft_timing = ("cpu", t_start, time.perf_counter(), block_tokens)
 
-    def _sample_draft_tokens(self, hidden_states: torch.Tensor, sampling_metadata):
+    def _sample_draft_tokens(self, hidden_states: torch.Tensor, sampling_metadata, rows: np.ndarray | None = None):
         """Drafts and their law q: greedy rows take the argmax (q unused: vLLM compares argmaxes);
         sampled rows draw from q = softmax(top-k/top-p(logits / T)), the request's own
         processing, so q puts no mass where the target's p cannot (higher acceptance than
         temperature-only q, same exactness). Seeded requests draw with their own generator,
-        which makes them reproducible run to run with speculation on."""
+        which makes them reproducible run to run with speculation on. ``rows``: the batch rows
+        the blocks belong to (None: all, in order)."""
         if not self._enable_probabilistic_draft_probs or sampling_metadata.all_greedy:
             return row_argmax(self.model.compute_logits(hidden_states)), None
         from vllm.v1.sample.ops.topk_topp_sampler import apply_top_k_top_p
 
-        logits = self.model.compute_logits(hidden_states).float()  # [num_reqs * K, V]
-        k = logits.shape[0] // sampling_metadata.temperature.shape[0]
-        temperature = sampling_metadata.temperature.repeat_interleave(k)
+        logits = self.model.compute_logits(hidden_states).float()  # [n * K, V]
+        per_row = (lambda t: t) if rows is None else (lambda t: t[torch.from_numpy(rows).to(t.device)])
+        temperature = per_row(sampling_metadata.temperature)
+        k = logits.shape[0] // temperature.shape[0]
+        temperature = temperature.repeat_interleave(k)
         greedy = temperature < 1e-5
         logits = logits / torch.where(greedy, 1.0, temperature)[:, None]
-        top_k = None if sampling_metadata.top_k is None else sampling_metadata.top_k.repeat_interleave(k)
-        top_p = None if sampling_metadata.top_p is None else sampling_metadata.top_p.repeat_interleave(k)
+        top_k = None if sampling_metadata.top_k is None else per_row(sampling_metadata.top_k).repeat_interleave(k)
+        top_p = None if sampling_metadata.top_p is None else per_row(sampling_metadata.top_p).repeat_interleave(k)
         q = apply_top_k_top_p(logits, top_k, top_p).softmax(dim=-1)
         # Exponential race: argmax(q / E), E ~ Exp(1), is a draw from q.
         noise = torch.empty_like(q).exponential_()
+        where = {int(r): i for i, r in enumerate(rows)} if rows is not None else None
         for req_idx, gen in sampling_metadata.generators.items():
-            noise[req_idx * k : (req_idx + 1) * k].exponential_(generator=gen)
+            i = req_idx if where is None else where.get(req_idx)
+            if i is not None:
+                noise[i * k : (i + 1) * k].exponential_(generator=gen)
         drafts = row_argmax(q / noise)
         drafts = torch.where(greedy, row_argmax(q), drafts)
         return drafts, q

@@ -260,3 +260,131 @@ def test_with_prefix_caching_k0_steps_shed_replies_and_their_next_turn_is_not_dr
     assert res["after_turns"]["requests_hit_unwritten"] >= 1, res
     assert turns[0] > 0, turns  # K pinned to 15: a decoding request submits 0 only if never drafted for
     assert min(res["again_cached"]) >= res["block_size"] and again[0] == 0 and again[15] > 0, res
+
+
+def _script_runs(path, text: str, modes) -> dict:
+    """The script ``text`` run once per mode (``python path DEMO MODE``): its last line as JSON, per mode."""
+    import subprocess
+    import sys
+
+    path.write_text(text)
+    res = {}
+    for mode in modes:
+        out = subprocess.run([sys.executable, str(path), DEMO, mode], capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr[-3000:]
+        res[mode] = json.loads(out.stdout.strip().splitlines()[-1])
+    return res
+
+
+_SUBSET_FORWARD = r"""
+import json, os, sys
+os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine in this process: its proposer at hand
+import numpy as np
+from dflash_vllm import envs
+from dflash_vllm.adaptive import AdaptivePolicy
+from dflash_vllm.proposers import dflash as prop
+from vllm import LLM, SamplingParams
+from vllm.inputs import TokensPrompt
+
+demo, mode = sys.argv[1], sys.argv[2]
+envs.set(envs.FIXED_K, 7)
+plan = AdaptivePolicy.plan
+def every_other_row(self, req_ids, is_decode, can_shorten=True, seeded=None):
+    k, q = plan(self, req_ids, is_decode, can_shorten, seeded)
+    k[self.step % 2::2] = 0  # every other row of the batch submits no drafts (which, alternates)
+    return k, (int(k.max()) if k.any() else 0)
+AdaptivePolicy.plan = every_other_row
+rows_of = prop.DFlashProposer._drafting_rows if mode == "subset" else (lambda self, n: None)
+forwards = []
+def rows_spy(self, n):
+    rows = rows_of(self, n)
+    forwards.append([n, n if rows is None else len(rows)])
+    return rows
+prop.DFlashProposer._drafting_rows = rows_spy
+accepted = []
+observe = prop.DFlashProposer._observe_verified
+def observe_spy(self, result, scheduler_output, *a, **kw):
+    valid = result[3]
+    accepted.append(sorted(len(v) for v in valid))
+    return observe(self, result, scheduler_output, *a, **kw)
+prop.DFlashProposer._observe_verified = observe_spy
+""" + _DEMO_ENGINE + r"""
+if __name__ == "__main__":
+    from transformers import AutoTokenizer
+    from dflash_vllm.prompts import prompt_set
+    tok = AutoTokenizer.from_pretrained(os.path.join(demo, "target"))
+    _, ids = prompt_set("tasks", tok, 16)
+    llm, runner, proposer = demo_engine(demo, 2**28)
+    outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in ids], SamplingParams(
+        max_tokens=48, temperature=0.0, stop_token_ids=[tok.eos_token_id]), use_tqdm=False)
+    print(json.dumps({"tokens": [list(o.outputs[0].token_ids) for o in outs], "accepted": accepted,
+                      "forwards": forwards}))
+"""
+
+
+def test_the_drafter_forward_runs_only_for_requests_that_draft_and_their_drafts_are_unchanged(tmp_path):
+    """A plan that gives every other request 0 drafts: the block forward runs over the requests
+    that draft only (_drafting_rows), and what each of them gets accepted, step by step, is what
+    a forward over the whole batch gives (the blocks of a batch do not read one another)."""
+    res = _script_runs(tmp_path / "subset_forward.py", _SUBSET_FORWARD, ("subset", "full"))
+    sub, full = res["subset"], res["full"]
+    assert any(rows < n for n, rows in sub["forwards"]), sub["forwards"]  # the forward skipped rows
+    assert all(rows == n for n, rows in full["forwards"])
+    assert sum(a > 1 for step in sub["accepted"] for a in step) > 10, sub["accepted"]  # drafts were accepted
+    assert sub["tokens"] == full["tokens"]
+    assert sub["accepted"] == full["accepted"]
+
+
+_DOOR = r"""
+import json, os, sys
+os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine in this process: its proposer at hand
+from dflash_vllm import envs
+from dflash_vllm.adaptive import AdaptivePolicy
+from dflash_vllm.proposers import dflash as prop
+from vllm import LLM, SamplingParams
+from vllm.inputs import TokensPrompt
+
+demo, mode = sys.argv[1], sys.argv[2]
+if mode == "spec":
+    envs.set(envs.FIXED_K, "adaptive")
+    AdaptivePolicy.dormant = property(lambda self: True)  # as if drafting stopped paying
+forwards = []
+rows_of = prop.DFlashProposer._drafting_rows
+def rows_spy(self, n):
+    rows = rows_of(self, n)
+    forwards.append([n, n if rows is None else len(rows), len(self._ctx_queue.incomplete)])
+    return rows
+prop.DFlashProposer._drafting_rows = rows_spy
+def engine(demo):
+    spec = {"method": "dflash", "model": os.path.join(demo, "drafter"), "num_speculative_tokens": 15}
+    return LLM(model=os.path.join(demo, "target"), dtype="float32", enforce_eager=True, skip_tokenizer_init=True,
+               speculative_config=spec if mode == "spec" else None, kv_cache_memory_bytes=2**28, max_num_seqs=8,
+               max_model_len=1024)
+if __name__ == "__main__":
+    from transformers import AutoTokenizer
+    from dflash_vllm.prompts import prompt_set
+    tok = AutoTokenizer.from_pretrained(os.path.join(demo, "target"))
+    _, ids = prompt_set("tasks", tok, 24)
+    llm = engine(demo)
+    outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in ids], SamplingParams(
+        max_tokens=48, temperature=0.0, stop_token_ids=[tok.eos_token_id]), use_tqdm=False)
+    stats = {}
+    if mode == "spec":
+        runner = llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.worker.model_runner
+        stats = runner.drafter.stats()
+    print(json.dumps({"tokens": [list(o.outputs[0].token_ids) for o in outs], "forwards": forwards, "stats": stats}))
+"""
+
+
+def test_while_drafting_does_not_pay_requests_beyond_the_sentinels_get_no_context(tmp_path):
+    """With the policy dormant (forced here), requests that arrive while SENTINELS others keep
+    context get none (ContextQueue.close_door): output stays identical to no speculation, the
+    drafter forwards (probes) run for the requests with context only."""
+    res = _script_runs(tmp_path / "door.py", _DOOR, ("spec", "none"))
+    spec, stats = res["spec"], res["spec"]["stats"]
+    print(stats, spec["forwards"][:20])
+    assert spec["tokens"] == res["none"]["tokens"]
+    assert stats["requests_closed_at_door"] >= 4, stats  # the first 8 arrive at once: 4 closed
+    assert stats["drafter_forwards"] > 0, stats
+    assert any(rows < n for n, rows, _ in spec["forwards"]), spec["forwards"]
+    assert all(n - closed <= 8 and rows <= n - closed for n, rows, closed in spec["forwards"]), spec["forwards"]

@@ -90,9 +90,10 @@ def _closed_loop(policy, r, accepted, t_verify, t_draft, steps, warm, seed=0, li
             ids = [f"q{i}.{gen}.{seed}" for i in range(r)]
         k, q = policy.plan(ids, decode)
         d_prev = None
-        if q:
-            d_prev = t_draft(r * (q + 1))
-            policy.on_draft_time(d_prev, r * (q + 1))
+        if q:  # the drafter forward runs for the requests that draft (the proposer's _drafting_rows)
+            b = int(np.count_nonzero(k)) * (q + 1)
+            d_prev = t_draft(b)
+            policy.on_draft_time(d_prev, b)
             t += d_prev + hidden_draft
         k_prev = k
         if step == warm:
@@ -1019,7 +1020,7 @@ def test_every_second_of_a_step_is_in_one_clock_of_the_policy_but_the_deferred_c
         tick(EXEC)
         if first_plan is None:
             first_plan = clock[0]
-        so = types.SimpleNamespace(finished_req_ids=set(), preempted_req_ids=set(), num_spec_tokens_to_schedule=15,
+        so = types.SimpleNamespace(finished_req_ids=set(), preempted_req_ids=set(), scheduled_new_reqs=[], num_spec_tokens_to_schedule=15,
                                    total_num_scheduled_tokens=n)
         cad = types.SimpleNamespace(query_start_loc_cpu=torch.tensor([0, n - 2, n - 1, n]), slot_mapping=torch.arange(n))
         self._plan_then_propose(propose_ids, so, None, types.SimpleNamespace(generators={}), None, None,
@@ -1501,3 +1502,36 @@ def test_a_k0_step_queues_a_copy_never_the_targets_own_tensors():
     own = {a.untyped_storage().data_ptr() for a in aux}
     parts = feats if isinstance(feats, prop._Parts) else (feats,)
     assert not own & {p.untyped_storage().data_ptr() for p in parts}
+
+
+def test_requests_closed_at_the_door_keep_no_context_and_prompt_blocks_stay_written():
+    """While drafting does not pay, a request arriving beyond the sentinels gets no drafter
+    context: incomplete from its start (never a protected one), none of its rows queued, complete
+    again once it ends. With prefix caching, rows of its prompt's full blocks are still queued
+    (a later request may hit them) and its blocks from there on are ledgered unwritten."""
+    from dflash_vllm.proposers.dflash import ContextQueue
+
+    q = ContextQueue()
+    q.protected = {"s"}
+    q.end(set())
+    assert q.close_door(["a", "s", "b"]) == 2 and q.incomplete == {"a", "b"} and q.closed_requests == 2
+    q.add(*_rows(["a", "s", "c", "b"], [3, 2, 4, 1], 0), ["a", "s", "c", "b"], np.array([3, 2, 4, 1]))
+    assert q.rows == 6 and q.shed_rows == 4
+    q.end({"a"})
+    assert q.incomplete == {"b"}
+    feats, _, _ = q.take()
+    assert feats[:, 0].long().tolist() == [3, 4, 5, 6, 7, 8]  # s's and c's rows only
+
+    import torch
+
+    q = ContextQueue(block_size=4)
+    assert q.close_door(["a"]) == 0 and not q.incomplete  # no ledger: nothing may go unwritten
+    q.ledger = True
+    ns = types.SimpleNamespace
+    q.end(set())
+    q.schedule([ns(req_id="a", prompt_token_ids=[0] * 6, block_ids=([10, 11],), num_computed_tokens=0)], None)
+    assert q.close_door(["a"]) == 1 and q.incomplete == {"a"} and q.unwritten == {11}
+    pos = torch.arange(6)
+    q.add(pos[:, None].float(), pos, pos, ["a"], np.array([6]), np.array([0]))
+    _, queued, _ = q.take()
+    assert queued.tolist() == [0, 1, 2, 3]  # the prompt's full block: written
