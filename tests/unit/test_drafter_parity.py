@@ -284,7 +284,7 @@ def test_context_kv_unchanged_by_using_the_layer_modules(vllm_env, tmp_path, mon
     if not shared_rope:
         model.layers[1].self_attn.rotary_emb = copy.deepcopy(model.layers[1].self_attn.rotary_emb)
     g = torch.Generator().manual_seed(0)
-    n = 40
+    n = 41  # padded to 44 rows in write_context_kv (bucket_rows): the padding must not show
     feats = torch.randn(n, 2 * cfg.hidden_size, generator=g).to(dtype)
     positions = torch.randperm(200, generator=g)[:n]
     caches = bind_paged_caches(model, num_blocks=1 + (n + BLOCK - 1) // BLOCK, dtype=dtype)
@@ -319,3 +319,15 @@ def test_row_argmax_is_argmax_with_ties_and_nan():
     x[5, 0] = x[5, 800] = 10.0
     assert torch.equal(row_argmax(x), x.argmax(dim=-1))
     assert row_argmax(x)[3] == 7 and row_argmax(x)[5] == 0
+
+
+def test_bucket_rows_adds_at_most_an_eighth_and_keeps_eight_counts_per_octave():
+    from dflash_vllm.models.drafter import bucket_rows
+
+    assert [bucket_rows(n) for n in range(1, 17)] == list(range(1, 17))
+    for n in range(17, 5000):
+        b = bucket_rows(n)
+        assert n <= b <= n + n / 8, (n, b)
+        assert bucket_rows(b) == b
+    for lo in (16, 32, 64, 128, 1024):
+        assert len({bucket_rows(n) for n in range(lo + 1, 2 * lo + 1)}) == 8
