@@ -45,7 +45,8 @@ class BenchConfig:
     draft_sample_method: str | None = opt(None, "e.g. probabilistic (for --temperature > 0)")
     methods: str = opt("none,ours,ours@adaptive,ours@k=1,3,7,native,ngram",
                        "ours = K drafts per step (--k); ours@adaptive = adaptive drafting (K up to --k); "
-                       "ours@k=N pins K=N (ours@k=1,3,7,15: several)")
+                       "ours@k=N pins K=N (ours@k=1,3,7,15: several); METHOD#N, N >= 2: METHOD again in "
+                       "another engine process (how far two processes of one method read apart)")
     ngram_k: int = opt(4, "drafts per step of the ngram method")
     eagle3: str | None = opt(None, "an EAGLE-3 drafter to add as a method")
     eagle3_k: int = opt(3, "drafts per step of the eagle3 method")
