@@ -610,7 +610,8 @@ class AdaptivePolicy:
 
     def __init__(self, k_max: int, fixed: list[int] | None = None, probe_every: int = 32,
                  dither_every: int = 4, zero_every: int = 32, explore_budget: float = 0.01,
-                 margin: float = 0.01, outlier: float = 5.0, replan_every: int = 4, probe_budget: float = 0.02):
+                 margin: float = 0.01, outlier: float = 5.0, replan_every: int = 4, probe_budget: float = 0.02,
+                 forward_drafting_rows_only: bool = True):
         self.k_max = k_max
         self.fixed = fixed
         self.acceptance = AcceptanceModel(k_max)
@@ -641,7 +642,7 @@ class AdaptivePolicy:
         self._probe_bucket: int | None = None  # the log2 batch bucket of the latest probe
         # The drafter forward runs over the requests that submit drafts only (the proposer's
         # _drafting_rows; not under tensor parallelism, where every rank runs the whole batch).
-        self.forward_drafting_rows_only = True
+        self.forward_drafting_rows_only = forward_drafting_rows_only
 
     # called once per step, at the start of the drafting call
     def on_step(self, now: float, num_tokens: int, num_reqs: int, step_start: float | None,

@@ -182,6 +182,14 @@ class ContextQueue:
                 self._readers.setdefault(b, set()).add(rid)
         self._fresh(rid, blocks[n_hit:])
 
+    def _cut_off(self, rid: str, cut: int | None) -> None:
+        """``rid``'s rows from ``cut`` on are never written (None: none of them, no prefix
+        caching): it is incomplete, and with prefix caching its blocks from there on are ledgered."""
+        if cut is not None:
+            self._mark(rid, cut)
+            self._cut[rid] = cut
+        self.incomplete.add(rid)
+
     def close_door(self, rids) -> int:
         """Keep no context for these requests (new ones, while drafting does not pay; see
         ``DFlashProposer._close_door``): incomplete from their start, as if shed at once. With
@@ -194,13 +202,10 @@ class ContextQueue:
         for r in rids:
             if r in self.incomplete or r in self.protected:
                 continue
-            if self.block_size is not None:
-                cut = self._cut_of(r)
-                if cut is None:
-                    continue
-                self._mark(r, cut)
-                self._cut[r] = cut
-            self.incomplete.add(r)
+            cut = None if self.block_size is None else self._cut_of(r)
+            if self.block_size is not None and cut is None:
+                continue
+            self._cut_off(r, cut)
             closed += 1
         self.closed_requests += closed
         return closed
@@ -362,10 +367,10 @@ class ContextQueue:
         if not victims:
             return
         for r, c in victims.items():
-            self._mark(r, c)
-            if r not in gone:
-                self.incomplete.add(r)
-                self._cut[r] = c
+            if r in gone:
+                self._mark(r, c)
+            else:
+                self._cut_off(r, c)
                 self.shed_requests += 1
         # Rows a preempted request queued before it resumed stay (in full blocks, see prune): its
         # blocks then are not the ones the ledger marks now, and a later request may hit them.
@@ -580,8 +585,7 @@ class DFlashProposer(SpecDecodeBaseProposer):
         # measures its own step times: only a pinned K keeps the block length identical on all
         # ranks, so an adaptive policy there varies the submitted lengths only (rank 0's count).
         self._same_on_all_ranks = fixed is not None or vllm_config.parallel_config.world_size == 1
-        self.policy = adaptive.AdaptivePolicy(k_max, fixed=fixed)
-        self.policy.forward_drafting_rows_only = self._same_on_all_ranks  # see _drafting_rows
+        self.policy = adaptive.AdaptivePolicy(k_max, fixed=fixed, forward_drafting_rows_only=self._same_on_all_ranks)
         if not self.policy_active:
             if not default and (fixed is not None or runner is not None):
                 logger.warning("dflash-vllm: async scheduling is on, so every request drafts K=%d every step "
@@ -1022,7 +1026,8 @@ class DFlashProposer(SpecDecodeBaseProposer):
         from vllm.v1.sample.ops.topk_topp_sampler import apply_top_k_top_p
 
         logits = self.model.compute_logits(hidden_states).float()  # [n * K, V]
-        per_row = (lambda t: t) if rows is None else (lambda t: t[torch.from_numpy(rows).to(t.device)])
+        sel = None if rows is None else torch.from_numpy(rows).to(logits.device)  # once, for every per-row tensor
+        per_row = (lambda t: t) if sel is None else (lambda t: t[sel])
         temperature = per_row(sampling_metadata.temperature)
         k = logits.shape[0] // temperature.shape[0]
         temperature = temperature.repeat_interleave(k)
