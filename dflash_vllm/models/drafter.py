@@ -71,7 +71,9 @@ def add_rms_norm(norm: RMSNorm, x: torch.Tensor, residual: torch.Tensor, fused: 
     """``norm(x, residual)``: (norm(x + residual), x + residual), in place on both when fused."""
     if not fused:
         return norm(x, residual)
-    x = x.contiguous()
+    # The C++ op reads and writes both as contiguous rows: a strided view (the mask rows of a
+    # two-row block) would silently mix requests.
+    x, residual = x.contiguous(), residual.contiguous()
     torch.ops._C.fused_add_rms_norm(x, residual, norm.weight.data, norm.variance_epsilon)
     return x, residual
 
@@ -147,8 +149,9 @@ class DrafterAttention(nn.Module):
 
 
 def mask_rows(x: torch.Tensor, block_len: int) -> torch.Tensor:
-    """Rows 1..block_len-1 of each block of ``block_len`` rows (the masks; the anchor dropped), contiguous."""
-    return x.view(-1, block_len, x.shape[-1])[:, 1:].reshape(-1, x.shape[-1])
+    """Rows 1..block_len-1 of each block of ``block_len`` rows (the masks; the anchor dropped),
+    contiguous (for block_len 2, ``reshape`` alone returns a strided view)."""
+    return x.view(-1, block_len, x.shape[-1])[:, 1:].reshape(-1, x.shape[-1]).contiguous()
 
 
 class DrafterLayer(nn.Module):
