@@ -684,7 +684,7 @@ class DFlashProposer(SpecDecodeBaseProposer):
                 queue.schedule(scheduler_output.scheduled_new_reqs, scheduler_output.scheduled_cached_reqs,
                                self._kv_group)
         if scheduler_output.scheduled_new_reqs and self.policy.dormant:
-            self._close_door(scheduler_output.scheduled_new_reqs, sampling_metadata)
+            self._close_door(scheduler_output.scheduled_new_reqs)
         k_max = scheduler_output.num_spec_tokens_to_schedule
         n = scheduler_output.total_num_scheduled_tokens
         if k_max and n and runner.input_batch.num_reqs:
@@ -740,7 +740,7 @@ class DFlashProposer(SpecDecodeBaseProposer):
                 # K = 15); the rows K = 0 steps deferred stay out (see _flush_queue).
                 self._draft_timing = ("cpu", t0 + self._flush_s, self._call_end, t[3])
 
-    def _close_door(self, new_reqs, sampling_metadata) -> None:
+    def _close_door(self, new_reqs) -> None:
         """While drafting does not pay (the policy's optimum: no drafts), keep drafter context
         for ``SENTINELS`` requests only: a request that arrives when as many with context are
         running gets none (ContextQueue.close_door), so its rows are never copied, queued,
@@ -756,9 +756,10 @@ class DFlashProposer(SpecDecodeBaseProposer):
         room = self.SENTINELS - (num_reqs - len(queue.incomplete))
         if room >= 0:
             return
-        index = runner.input_batch.req_id_to_index
-        seeded = getattr(sampling_metadata, "generators", None) or {}
-        ids = [nr.req_id for nr in new_reqs if index.get(nr.req_id) not in seeded]
+        # A seed from the request itself: the sampling metadata holds no generator for a
+        # prompt's partial chunks (fixes/cpu_seeded_chunks.py), and a seeded request closed on
+        # its first chunk never drafted, so its output depended on how its prompt was chunked.
+        ids = [nr.req_id for nr in new_reqs if getattr(nr.sampling_params, "seed", None) is None]
         queue.close_door(ids[max(0, len(ids) + room):])
 
     def _find_kv_group(self, runner) -> int:

@@ -36,8 +36,14 @@ def test_stock_vllm_cpu_dies_on_seeded_chunked_prefill(tiny_dir, seeded_load, sp
         run_job_subprocess(job, env={"DFLASH_VLLM_NO_SEED_FIX": "1"})
 
 
-def test_fixed_engine_serves_it_and_seeds_ignore_chunking(tiny_dir, seeded_load, spec):
-    job = {"model": str(tiny_dir / "target"), "speculative_config": spec, "requests": seeded_load}
+@pytest.mark.parametrize("adaptive", [True, False], ids=["adaptive", "k_every_step"])
+def test_fixed_engine_serves_it_and_seeds_ignore_chunking(tiny_dir, seeded_load, spec, adaptive):
+    """Under the adaptive policy too: a seeded request whose first chunk arrived while drafting
+    did not pay was once kept from drafting at all (its seed then gave another output than the
+    same prompt in one chunk: ``DFlashProposer._close_door`` read seeds from the sampling
+    metadata, which holds no generator for partial chunks)."""
+    job = {"model": str(tiny_dir / "target"), "speculative_config": dict(spec, dflash_adaptive=adaptive),
+           "requests": seeded_load}
     chunked = run_job_subprocess({**job, "engine": CHUNKED})
     whole = run_job_subprocess({**job, "engine": WHOLE})
     assert [len(o["token_ids"]) for o in chunked["outputs"]] == [24] * len(seeded_load)
