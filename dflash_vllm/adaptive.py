@@ -78,13 +78,14 @@ steps until two were measured within 4x of the current batch. (A cap of 48 rows 
 evidence per position was tried, commit 60793f3: the full check's strong cells read 0.87-0.88 of
 the best fixed K pooled in the two runs with it, 0.91-0.94 in the three without; removed.)
 
-Opt-in, for now: ``"dflash_adaptive": true`` in the speculative config (or
-``DFLASH_VLLM_FIXED_K=adaptive``) turns the policy on. Without it every request submits
-num_speculative_tokens drafts every step, as before: on the full check
-(bench/results/bench-adaptive.json, bench/README.md; session 25, one run) the policy met both
-goals in 13 of 28 cells (sessions 19-23: 3-10): 1.37x no speculation pooled where the drafter
-knows the prompts (0.925 of the best fixed K), but 0.91x where it does not (K = 0 pinned: 0.90x
-in the same run), so it is not yet the default.
+On by default (session 29) where it was measured: our DFlash on CPU, one rank, synchronous
+scheduling (``adaptive_by_default``). On the full check it trails the best fixed K where the drafter
+knows the prompts (0.90-0.93 of it pooled) but keeps serving near no speculation where it does not
+(0.86-0.87x, against 0.36-0.37x for K = 15; bench/README.md, sessions 28-29), so for traffic nobody has
+measured it is the safer default by far; issue #10's goals are still open. ``"dflash_adaptive":
+false`` (or ``DFLASH_VLLM_FIXED_K=none``) submits num_speculative_tokens drafts every step, as
+before; elsewhere (CUDA, tensor or pipeline parallelism) that stays the default and
+``"dflash_adaptive": true`` turns the policy on.
 ``"dflash_fixed_k": N`` (or ``DFLASH_VLLM_FIXED_K=N``) pins N drafts per request per step
 (N = 0: the drafter forward is skipped every step, only context K/V is written). vLLM's SpeculativeConfig rejects unknown keys, so the
 key is taken out of the config before vLLM parses it (``pop_config_key``) and travels to the
@@ -106,22 +107,53 @@ ADAPTIVE_KEY = "dflash_adaptive"
 
 
 # -- the one configuration key -------------------------------------------------------------------
+_from_config: str | None = None  # what a config put in the environment in this process (not the user)
+
+
 def pop_config_key(engine_args) -> None:
-    """Take ``dflash_fixed_k`` out of EngineArgs.speculative_config (vLLM would reject it) and
-    hand it to the engine processes through the environment. Absent: the environment is left
-    as the user set it (adaptive by default)."""
+    """Take ``dflash_fixed_k`` / ``dflash_adaptive`` out of EngineArgs.speculative_config (vLLM
+    would reject them) and hand the choice to the engine processes through the environment.
+    Neither key: adaptive drafting where it is on by default (``adaptive_by_default``), unless
+    the user set DFLASH_VLLM_FIXED_K; what an earlier engine's config set in this process does
+    not carry over to the next engine."""
+    global _from_config
     spec = getattr(engine_args, "speculative_config", None)
     if not isinstance(spec, dict):
         return
+    if _from_config is not None and envs.value(envs.FIXED_K) == _from_config:
+        envs.unset(envs.FIXED_K)
+    _from_config = None
     if ADAPTIVE_KEY in spec:
         spec = dict(spec)
         on = spec.pop(ADAPTIVE_KEY)
         engine_args.speculative_config = spec
-        if on and CONFIG_KEY not in spec:
-            envs.set(envs.FIXED_K, "adaptive")
+        if CONFIG_KEY not in spec:
+            _from_config = "adaptive" if on else "none"
     if CONFIG_KEY in spec:
-        _take_key(engine_args, spec)
+        _from_config = _take_key(engine_args, spec)
+    elif _from_config is None and envs.value(envs.FIXED_K) == "" and adaptive_by_default(engine_args, spec):
+        _from_config = "adaptive"
+    if _from_config is not None:
+        envs.set(envs.FIXED_K, _from_config)
     _prefer_sync_scheduling(engine_args, engine_args.speculative_config)
+
+
+def adaptive_by_default(engine_args, spec: dict) -> bool:
+    """Adaptive drafting is the default where it was measured against fixed K and no
+    speculation (bench/README.md, the full check): our DFlash on CPU, one rank, synchronous
+    scheduling. Elsewhere K every step stays the default until measured there: on CUDA the
+    policy would turn off the async scheduling vLLM picks for DFlash (no GPU run yet, issue
+    #15), and under tensor or pipeline parallelism every rank runs the whole drafter forward
+    every step (its length must match across ranks), so "no drafts" would not skip it."""
+    from ._plugin import native_requested
+
+    if spec.get("method") != "dflash" or native_requested() or getattr(engine_args, "async_scheduling", None):
+        return False
+    if (getattr(engine_args, "tensor_parallel_size", 1) or 1) * (getattr(engine_args, "pipeline_parallel_size", 1) or 1) > 1:
+        return False
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cpu()
 
 
 def _prefer_sync_scheduling(engine_args, spec: dict) -> None:
@@ -143,27 +175,28 @@ def _prefer_sync_scheduling(engine_args, spec: dict) -> None:
         engine_args.async_scheduling = False
 
 
-def _take_key(engine_args, spec: dict) -> None:
+def _take_key(engine_args, spec: dict) -> str:
+    """The pinned K from ``dflash_fixed_k`` as the environment's value ("none": K every step)."""
     spec = dict(spec)
     value = spec.pop(CONFIG_KEY)
     engine_args.speculative_config = spec
     if value is None:
-        envs.unset(envs.FIXED_K)
-        return
+        return "none"
     from .config import DFlashConfigError
 
     k_max = spec.get("num_speculative_tokens")
     if isinstance(value, bool) or not isinstance(value, int) or value < 0 or (k_max is not None and value > k_max):
         raise DFlashConfigError(
             f"speculative config: {CONFIG_KEY}={value!r} must be an integer in 0..num_speculative_tokens "
-            f"({k_max}); omit it for num_speculative_tokens, or set \"{ADAPTIVE_KEY}\": true for adaptive drafting"
+            f"({k_max}); omit it for adaptive drafting, or set \"{ADAPTIVE_KEY}\": false for num_speculative_tokens "
+            "every step"
         )
-    envs.set(envs.FIXED_K, value)
+    return str(value)
 
 
 def fixed_k_from_env(k_max: int) -> list[int] | None:
     """The pinned K (a cycle of one or more values, each clipped to 0..k_max), or None: adaptive.
-    Unset: k_max every step (the policy is opt-in)."""
+    Unset or "none": k_max every step (pop_config_key sets "adaptive" where that is the default)."""
     raw = envs.value(envs.FIXED_K)
     if raw in ("adaptive", "Adaptive"):
         return None

@@ -189,8 +189,7 @@ def main(argv=None):
     prompts = [p for _, p in items]
     families = list(dict.fromkeys(f for f, _ in items))
     spec = {"method": "dflash", "model": drafter, "num_speculative_tokens": args.num_speculative_tokens}
-    if args.adaptive:
-        spec["dflash_adaptive"] = True
+    spec["dflash_adaptive"] = bool(args.adaptive)  # explicit: the add-on's default differs by platform
     print(f"[demo] target {target}\n[demo] drafter {drafter} (K={args.num_speculative_tokens}"
           + (", adaptive" if args.adaptive else "") + ")", flush=True)
     per_family = {}

@@ -33,8 +33,8 @@ CPU_ATTN = Flag("DFLASH_VLLM_CPU_ATTN", "1",
 FUSED_OPS = Flag("DFLASH_VLLM_FUSED_OPS", "1",
                  "0: drafter RMSNorm/SiLU through the layers' own forward, not vLLM's C++ kernels (CPU)")
 FIXED_K = Flag("DFLASH_VLLM_FIXED_K", "",
-               "drafts per request per step: N pins N, 'adaptive' turns the policy on, unset K every step; "
-               "set from the speculative config's dflash_fixed_k / dflash_adaptive")
+               "drafts per request per step: N pins N, 'adaptive' the policy, 'none' K every step; unset: the "
+               "speculative config's dflash_fixed_k / dflash_adaptive decide (adaptive on one CPU rank, else K)")
 ADAPTIVE_STATS = Flag("DFLASH_VLLM_ADAPTIVE_STATS", "0",
                       "1: the proposer prints its drafter-forward counters at exit (tests)")
 STEP_TIMES = Flag("DFLASH_VLLM_STEP_TIMES", "",

@@ -94,7 +94,7 @@ def main(argv=None) -> int:
     engine = dict(dtype="float32", enforce_eager=True, seed=0, max_model_len=max_len, max_num_seqs=max(batches),
                   max_num_batched_tokens=max(8192, max(contexts)), skip_tokenizer_init=True,
                   disable_log_stats=True, kv_cache_memory_bytes=kv_bytes)
-    spec = {"method": "dflash", "model": drafter, "num_speculative_tokens": args.k}
+    spec = {"method": "dflash", "model": drafter, "num_speculative_tokens": args.k, "dflash_adaptive": False}
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     log_dir = os.path.join(os.path.dirname(args.out), "context-sweep-logs")
     os.makedirs(log_dir, exist_ok=True)

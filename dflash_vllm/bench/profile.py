@@ -57,10 +57,10 @@ def _engine(spec: dict | None, max_num_seqs: int):
                kv_cache_memory_bytes=2**29, skip_tokenizer_init=True, max_num_seqs=max_num_seqs, max_model_len=1024)
 
 
-def _spec(k: int = 15) -> dict:
+def _spec(k: int = 15, **keys) -> dict:
     from .. import paths
 
-    return {"method": "dflash", "model": str(paths.DEMO_DRAFTER), "num_speculative_tokens": k}
+    return {"method": "dflash", "model": str(paths.DEMO_DRAFTER), "num_speculative_tokens": k, **keys}
 
 
 def profile_draft(native: bool, concurrency: int = 1) -> None:
@@ -76,7 +76,7 @@ def profile_draft(native: bool, concurrency: int = 1) -> None:
     from ..prompts import chat_ids
 
     envs.set(envs.NATIVE, 1 if native else 0)
-    llm = _engine(_spec(), max(8, concurrency))
+    llm = _engine(_spec(dflash_adaptive=False), max(8, concurrency))  # every step drafts K
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
     original = GPUModelRunner.propose_draft_token_ids

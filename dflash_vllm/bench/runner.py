@@ -97,7 +97,7 @@ def method_configs(args) -> dict[str, dict]:
         dflash["draft_sample_method"] = args.draft_sample_method
     table = {
         "none": {"speculative_config": None},
-        "ours": {"speculative_config": dflash},
+        "ours": {"speculative_config": {**dflash, "dflash_adaptive": False}},  # K every step (native's way)
         "ours@adaptive": {"speculative_config": {**dflash, "dflash_adaptive": True}},
         "native": {"speculative_config": dict(dflash), "native": True},
         "ngram": {"speculative_config": {"method": "ngram", "num_speculative_tokens": args.ngram_k,

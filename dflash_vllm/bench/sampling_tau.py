@@ -28,7 +28,8 @@ def main(argv=None) -> int:
     prompts = [chat_ids(tok, s.prompt) for s in make_samples(64, seed=101)]
     rows = {}
     for temp, method in [(0.0, "greedy"), (1.0, "probabilistic"), (1.0, "greedy")]:
-        spec = {"method": "dflash", "model": drafter, "num_speculative_tokens": 15, "draft_sample_method": method}
+        spec = {"method": "dflash", "model": drafter, "num_speculative_tokens": 15, "draft_sample_method": method,
+                "dflash_adaptive": False}
         reqs = [{"prompt_token_ids": p, "max_tokens": 160, "temperature": temp, "seed": i, "ignore_eos": False}
                 for i, p in enumerate(prompts)]
         out = run_job_subprocess({"model": target, "speculative_config": spec, "requests": reqs,

@@ -617,7 +617,8 @@ class DFlashProposer(SpecDecodeBaseProposer):
         if envs.enabled(envs.ADAPTIVE_STATS):
             atexit.register(lambda: print("dflash-vllm adaptive stats: " + json.dumps(self.stats()), flush=True))
         logger.info("dflash-vllm: %s", f"drafts pinned to K={fixed}" if fixed is not None else
-                    f"adaptive drafting on (0..{k_max} drafts per request per step)")
+                    f"adaptive drafting on (0..{k_max} drafts per request per step; \"{adaptive.ADAPTIVE_KEY}\": "
+                    f"false in the speculative config drafts {k_max} every step)")
 
     def stats(self) -> dict:
         return {"drafter_forwards": self.num_drafter_forwards, "skipped_forwards": self.num_skipped_forwards,

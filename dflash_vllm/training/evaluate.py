@@ -28,7 +28,8 @@ def evaluate(target: str, drafter: str | None, num_prompts: int = 64, k: int = 1
     samples = make_samples(num_prompts, seed=101)
     ids = [chat_ids(tok, s.prompt) for s in samples]
     reqs = [{"prompt_token_ids": x, "max_tokens": max_tokens, "ignore_eos": False} for x in ids]
-    spec = {"method": "dflash", "model": drafter, "num_speculative_tokens": k} if drafter else None
+    spec = ({"method": "dflash", "model": drafter, "num_speculative_tokens": k, "dflash_adaptive": False}  # tau at K
+            if drafter else None)
     out = run_job_subprocess({"model": target, "speculative_config": spec, "native": native, "requests": reqs,
                               "engine": {"skip_tokenizer_init": False, "max_num_seqs": max_num_seqs}})
     outs = [o["token_ids"] for o in out["outputs"]]

@@ -119,9 +119,10 @@ def sample_size(marginals) -> tuple[int, float]:
         n = int(n * 1.5)
 
 
-def engine_samples(pair, cfg, n, preload=()):
+def engine_samples(pair, cfg, n, preload=(), adaptive=False):
+    """K drafts every step unless ``adaptive`` (then the policy decides; the add-on's default on CPU)."""
     spec = {"method": "dflash", "model": str(pair / "drafter"), "num_speculative_tokens": K,
-            "draft_sample_method": "probabilistic"}
+            "draft_sample_method": "probabilistic", "dflash_adaptive": adaptive}
     reqs = [{"prompt_token_ids": PROMPT, "max_tokens": 3, **cfg} for _ in range(n)]
     out = run_job_subprocess({"model": str(pair / "target"), "speculative_config": spec, "requests": reqs,
                               "preload": list(preload), "engine": {"max_num_seqs": 256, "max_model_len": 64}},
@@ -141,6 +142,17 @@ def test_speculative_sampling_matches_exact_law(small_pair, exact_marginals, nam
     rejected, pvals = rejects(samples, marginals, 64)
     assert not rejected, f"{name}: output law differs from the target's (N={n}, p-values {pvals}, alpha {ALPHA}/3)"
     print(f"{name}: N={n} power={power:.2f} p-values={pvals} accepted drafts={accepted}")
+    assert accepted > 0, "no draft was ever accepted: the acceptance path went untested"
+
+
+def test_speculative_sampling_matches_exact_law_with_the_adaptive_policy(small_pair, exact_marginals):
+    """The same G-test with the adaptive policy choosing 0..K drafts per request per step."""
+    marginals = exact_marginals["t0.7"]
+    n, _ = sample_size(marginals)
+    samples, accepted = engine_samples(small_pair, CONFIGS["t0.7"], n, adaptive=True)
+    rejected, pvals = rejects(samples, marginals, 64)
+    assert not rejected, f"adaptive: output law differs from the target's (N={n}, p-values {pvals}, alpha {ALPHA}/3)"
+    print(f"adaptive: N={n} p-values={pvals} accepted drafts={accepted}")
     assert accepted > 0, "no draft was ever accepted: the acceptance path went untested"
 
 

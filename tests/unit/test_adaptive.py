@@ -164,7 +164,7 @@ def test_config_key_is_taken_out_for_vllm(monkeypatch):
     assert adaptive.fixed_k_from_env(7) == [3]
     args.speculative_config = {"num_speculative_tokens": 7, "dflash_fixed_k": None}
     adaptive.pop_config_key(args)
-    assert envs.FIXED_K.name not in os.environ and adaptive.fixed_k_from_env(7) == [7]  # default: K every step
+    assert os.environ[envs.FIXED_K.name] == "none" and adaptive.fixed_k_from_env(7) == [7]  # K every step
     args.speculative_config = {"num_speculative_tokens": 7, "dflash_adaptive": True}
     adaptive.pop_config_key(args)
     assert "dflash_adaptive" not in args.speculative_config and adaptive.fixed_k_from_env(7) is None
@@ -174,6 +174,49 @@ def test_config_key_is_taken_out_for_vllm(monkeypatch):
             adaptive.pop_config_key(args)
     monkeypatch.setenv(envs.FIXED_K.name, "0,0,9")
     assert adaptive.fixed_k_from_env(7) == [0, 0, 7]
+
+
+def test_adaptive_drafting_is_the_default_on_one_cpu_rank_and_a_config_does_not_carry_over(monkeypatch):
+    """Neither key: the policy on for our DFlash on one CPU rank (where the full check measured
+    it), K every step under tensor parallelism, with async scheduling asked for, for vLLM's own
+    DFlash and for other methods. What one engine's config set does not decide the next
+    engine's in the same process; a value the user exported does."""
+    monkeypatch.setenv(envs.FIXED_K.name, "")
+    monkeypatch.setattr(adaptive, "_from_config", None)
+
+    class Args:
+        tensor_parallel_size, pipeline_parallel_size, async_scheduling = 1, 1, None
+
+    def chosen(spec=None, **attrs):
+        args = Args()
+        args.__dict__.update(attrs)
+        args.speculative_config = {"method": "dflash", "model": "x", "num_speculative_tokens": 7, **(spec or {})}
+        adaptive.pop_config_key(args)
+        assert not {"dflash_adaptive", "dflash_fixed_k"} & set(args.speculative_config)
+        return envs.value(envs.FIXED_K), args
+
+    value, args = chosen()
+    assert value == "adaptive" and adaptive.fixed_k_from_env(7) is None
+    assert args.async_scheduling is False  # the policy needs synchronous scheduling
+    assert chosen({"dflash_adaptive": False})[0] == "none"  # K every step, and not carried over:
+    assert chosen()[0] == "adaptive"
+    assert chosen({"dflash_fixed_k": 3})[0] == "3"
+    assert chosen(tensor_parallel_size=2)[0] == ""
+    assert chosen(pipeline_parallel_size=2)[0] == ""
+    value, args = chosen(async_scheduling=True)
+    assert value == "" and args.async_scheduling is True
+    assert chosen({"dflash_adaptive": True}, tensor_parallel_size=2)[0] == "adaptive"  # asked for: on
+    assert chosen({"method": "eagle3"})[0] == ""
+    monkeypatch.setenv(envs.NATIVE.name, "1")
+    assert chosen()[0] == ""
+    monkeypatch.setenv(envs.NATIVE.name, "0")
+    monkeypatch.setenv(envs.FIXED_K.name, "5")  # the user's own
+    assert chosen()[0] == "5"
+    from vllm.platforms import current_platform
+
+    monkeypatch.setattr(type(current_platform), "is_cpu", lambda self: False)
+    monkeypatch.setenv(envs.FIXED_K.name, "")
+    assert chosen()[0] == ""  # CUDA: K every step until measured there
 
 
 def test_follows_a_jump_in_load():
