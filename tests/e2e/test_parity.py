@@ -1,6 +1,7 @@
 """At batch 1, on identical weights, the per-step accepted-draft counts of our proposer equal
 those of vLLM's native DFlash, of our reference loop, and of `dflash_generate` from the PyPI
-`dflash` package, over 16 prompts, with a drafter whose acceptance is neither zero nor full."""
+`dflash` package, over 16 prompts, with a drafter whose acceptance is neither zero nor full.
+At batch 8 with one draft per request, ours accepts as often as native (the last test)."""
 
 import random
 import time
@@ -121,3 +122,40 @@ def test_ours_equals_oracles(engine_runs, oracle_runs, oracle):
             assert n >= 3
             assert o["accepted_per_step"][:n] == accepted[:n], (
                 f"prompt {i}: ours {o['accepted_per_step'][:n]} vs {oracle} {accepted[:n]}")
+
+
+
+@pytest.fixture(scope="module")
+def batched_one_draft_runs():
+    """One draft per request (a two-row block) with 8 requests in flight, ours and native, on the
+    demo pair and its task prompts (first draft accepted ~93 % of the time: the tiny pair's
+    drafter accepts too rarely to tell a defect from noise)."""
+    from transformers import AutoTokenizer
+
+    from dflash_vllm import paths
+    from dflash_vllm.prompts import prompt_set
+
+    tok = AutoTokenizer.from_pretrained(str(paths.DEMO_TARGET))
+    _, ids = prompt_set("tasks", tok, 16)
+    job = {
+        "model": str(paths.DEMO_TARGET),
+        "speculative_config": {"method": "dflash", "model": str(paths.DEMO_DRAFTER), "num_speculative_tokens": 1,
+                               "dflash_adaptive": False},
+        "engine": {"max_num_seqs": 8},
+        "requests": [{"prompt_token_ids": p, "max_tokens": 64, "ignore_eos": False, "stop_token_ids": [tok.eos_token_id]}
+                     for p in ids],
+    }
+    return {name: run_job_subprocess(dict(job, native=name == "native")) for name in ("ours", "native")}
+
+
+def test_one_draft_per_request_in_a_batch_is_accepted_as_often_as_natives(batched_one_draft_runs):
+    """The batch-1 tests above cannot see a defect that mixes requests: at K = 1 the last
+    layer's mask rows were a strided view that vLLM's C++ add-RMSNorm read as contiguous, and
+    every request after the first drafted from another's rows (demo pair, batch 8: tau 1.38
+    against native's 1.93). Outputs stay identical either way; the accepted drafts tell."""
+    ours, native = (batched_one_draft_runs[n]["outputs"] for n in ("ours", "native"))
+    assert [o["token_ids"] for o in ours] == [o["token_ids"] for o in native]
+    acc = {n: sum(x for o in batched_one_draft_runs[n]["outputs"] for x in o["accepted_per_step"] or [])
+           for n in ("ours", "native")}
+    assert acc["native"] > 0, "native accepted nothing: the comparison says nothing"
+    assert acc["ours"] >= 0.95 * acc["native"], f"accepted drafts: ours {acc['ours']}, native {acc['native']}"
