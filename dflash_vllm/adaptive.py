@@ -64,8 +64,9 @@ that what probes lose stays within ``probe_budget`` (2%): the larger of the mode
 one measured on earlier probes at about the same batch (wall time, ``_measure_probe``); sooner in
 two cases: a verify whose accepted run the curve gives less than ``surprise`` / rows brings the next
 probe at once (a change of workload needs two rows, and one probe at batch 1 gives one), and a
-batch 4x from the last probe's brings one after ``probe_every`` steps (a change of load often
-comes with a change of traffic; at batch 1 probes are otherwise ~130 steps apart). A probe
+batch level (a running geometric mean over ~20 steps) 4x from the last probe's brings one after
+``probe_every`` steps (a change of load often comes with a change of traffic; at batch 1 probes
+are otherwise ~130 steps apart). A probe
 drafts as deep as costs at most a quarter of a plain step more than one draft each (on CPU with a
 small batch: the whole block, so one probe measures every position), every other probe half as
 deep (so the slope in N and delta are told apart; a one-draft probe, as before, could not tell
@@ -639,6 +640,7 @@ class AdaptivePolicy:
     PLAIN_ANCHORS = 12  # plain steps to measure before plain anchors follow the exploration budget
     SETTLE_STEPS = 64  # steps measured before a drafting plan may be reused (see _choose)
     IDLE_REPLAN = 16  # steps a "no drafts" optimum is reused for (see _choose)
+    LEVEL_DECAY = 0.95  # the batch's level for the probe rule (_level_bucket)
     COVER_EVERY = 8  # steps between plain anchors while the batch is far from every measured plain step
 
     def __init__(self, k_max: int, fixed: list[int] | None = None, probe_every: int = 32,
@@ -672,7 +674,8 @@ class AdaptivePolicy:
         self._plain_period: dict[int, list] = {}  # log2 batch bucket -> [running mean, periods seen]
         self._probe_meas: _ProbeMeasurement | None = None
         self.probe_loss: dict[int, float] = {}
-        self._probe_bucket: int | None = None  # the log2 batch bucket of the latest probe
+        self._probe_bucket: int | None = None  # the batch level's log2 bucket at the latest probe
+        self._level: float | None = None  # log2 of the batch, averaged over ~20 plans (_level_bucket)
         # The drafter forward runs over the requests that submit drafts only (the proposer's
         # _drafting_rows; not under tensor parallelism, where every rank runs the whole batch).
         self.forward_drafting_rows_only = forward_drafting_rows_only
@@ -801,6 +804,8 @@ class AdaptivePolicy:
         else:
             rows = np.flatnonzero(is_decode)
             self.acceptance.tick(len(rows))
+            x = float(np.log2(max(num_reqs, 1)))
+            self._level = x if self._level is None else self.LEVEL_DECAY * self._level + (1.0 - self.LEVEL_DECAY) * x
             q = 0
             if len(rows):
                 k_dec, q = self._choose([req_ids[i] for i in rows], num_reqs)
@@ -901,7 +906,7 @@ class AdaptivePolicy:
         # second row a change of workload needs comes a step later, not a probe spacing later.
         if surprised or self._probe_due(opt, num_reqs=num_reqs):
             self._probes += 1
-            self._probe_bucket = CostModel._bucket(num_reqs)
+            self._probe_bucket = self._level_bucket(num_reqs)
             self._probe_meas = _ProbeMeasurement(num_reqs, self.acceptance.verified_steps)
             if self._probes % 2 == 0:  # every other probe half as deep: N varies among drafted
                 q_probe = max(1, q_probe // 2)  # steps (the slope in N told apart from delta), and
@@ -920,6 +925,13 @@ class AdaptivePolicy:
         """The optimum the latest plan used (see ``_optimum``), or None: for tracing."""
         return self._optimum_cache.opt if self._optimum_cache else None
 
+    def _level_bucket(self, num_reqs: int) -> int:
+        """The log2 bucket of the batch's level (a running geometric mean, ``LEVEL_DECAY`` per
+        plan: ~20 steps), for the "batch 4x from the last probe's" rule (``_probe_due``)."""
+        if self._level is None:
+            return CostModel._bucket(num_reqs)
+        return int(np.floor(self._level + 0.5))
+
     def _probe_due(self, opt, *, num_reqs: int, ahead: int = 0) -> bool:
         """Whether a probe is due (within ``ahead`` steps): ``probe_every`` steps without drafts
         at least, spaced so that what probes lose (in plain steps: ``opt``'s estimate, or what
@@ -933,8 +945,12 @@ class AdaptivePolicy:
         if m is not None:
             loss = max(loss, m)
         spacing = max(self.probe_every, int(loss / self.probe_budget))
-        if self._probe_bucket is not None and abs(b - self._probe_bucket) >= 2:
-            spacing = self.probe_every  # a batch 4x from the last probe's: a new regime gets a look soon
+        # A batch 4x from the last probe's: a new regime gets a look soon. Read as the batch's
+        # level, not this step's batch: a benchmark cell's drain and the next cell's arrivals pass
+        # through batches 4x away within a few steps, and with the batch itself this rule brought
+        # a probe in nearly every short cell of prompts the drafter does not know (session 29).
+        if self._probe_bucket is not None and abs(self._level_bucket(num_reqs) - self._probe_bucket) >= 2:
+            spacing = self.probe_every
         return self.steps_since_draft + 1 + ahead >= spacing
 
     def _optimum(self, dec_ids: list[str], num_reqs: int):

@@ -1578,3 +1578,29 @@ def test_requests_closed_at_the_door_keep_no_context_and_prompt_blocks_stay_writ
     q.add(pos[:, None].float(), pos, pos, ["a"], np.array([6]), np.array([0]))
     _, queued, _ = q.take()
     assert queued.tolist() == [0, 1, 2, 3]  # the prompt's full block: written
+
+
+def test_a_drain_and_the_next_arrivals_are_no_change_of_load():
+    """The "batch 4x from the last probe's" rule reads the batch as its level (a running
+    geometric mean over ~20 steps): a benchmark cell's drain (16 requests ending within a few
+    steps) and the next cell's arrivals pass through batches 4x from the last probe's, and with
+    the instantaneous batch the rule brought a probe after 32 steps in nearly every weak cell
+    (11 of 36 drafted steps over chat and free at c = 1..64 in one engine, session 29's scratch
+    probewhy.py). A load that stays 4x away still brings one after ``probe_every`` steps."""
+    p = AdaptivePolicy(15)
+    rng = np.random.default_rng(0)
+    _closed_loop(p, 16, lambda g, k: np.minimum(rng.geometric(0.75, 16) - 1, k), lambda n, _r: 0.004 + 1e-4 * n,
+                 lambda d: 0.003 + 5e-5 * d, steps=600, warm=0)
+    assert p.steps_since_draft > 0 and p._probe_bucket == 4  # dormant; the last probe at batch 16
+
+    def run(batch, steps):
+        for _ in range(steps):
+            p.plan([f"d{i}" for i in range(batch)], np.ones(batch, dtype=bool))
+
+    run(2, 6)  # a drain: 8x below the last probe's batch, for a few steps
+    assert abs(CostModel._bucket(2) - p._probe_bucket) >= 2  # the batch itself would call the rule
+    assert abs(p._level_bucket(2) - p._probe_bucket) < 2
+    run(16, 20)  # the next cell
+    probes = p._probes
+    run(1, 60)  # a load that stays 16x smaller: a probe within probe_every steps of the level's move
+    assert p._probes > probes and p._probe_bucket <= 1
