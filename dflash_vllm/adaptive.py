@@ -926,8 +926,9 @@ class AdaptivePolicy:
         return self._optimum_cache.opt if self._optimum_cache else None
 
     def _level_bucket(self, num_reqs: int) -> int:
-        """The log2 bucket of the batch's level (a running geometric mean, ``LEVEL_DECAY`` per
-        plan: ~20 steps), for the "batch 4x from the last probe's" rule (``_probe_due``)."""
+        """The batch's level (a running mean of log2 of the batch, ``LEVEL_DECAY`` per plan: ~20
+        steps), rounded, for the "batch 4x from the last probe's" rule (``_probe_due``); both
+        sides of that rule read it, so a difference of 2 is a factor of ~4."""
         if self._level is None:
             return CostModel._bucket(num_reqs)
         return int(np.floor(self._level + 0.5))
