@@ -96,6 +96,7 @@ the environment variable also accepts a comma-separated cycle (``"0,0,7"``: per 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -804,7 +805,7 @@ class AdaptivePolicy:
         else:
             rows = np.flatnonzero(is_decode)
             self.acceptance.tick(len(rows))
-            x = float(np.log2(max(num_reqs, 1)))
+            x = math.log2(max(num_reqs, 1))
             self._level = x if self._level is None else self.LEVEL_DECAY * self._level + (1.0 - self.LEVEL_DECAY) * x
             q = 0
             if len(rows):

@@ -9,6 +9,20 @@ torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 
 
 @pytest.fixture(scope="session")
+def demo_workload():
+    """The demo pair on held-out task prompts, EOS honoured: acceptance is high (tau ~6.5 at K=15)."""
+    from transformers import AutoTokenizer
+
+    from dflash_vllm import paths
+    from dflash_vllm.prompts import prompt_set
+
+    tok = AutoTokenizer.from_pretrained(str(paths.DEMO_TARGET))
+    _, ids = prompt_set("tasks", tok, 16)
+    return [{"prompt_token_ids": p, "max_tokens": 64, "ignore_eos": False, "stop_token_ids": [tok.eos_token_id]}
+            for p in ids]
+
+
+@pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("tiny")
     make_tiny_target(str(root / "target"))

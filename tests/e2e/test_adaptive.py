@@ -34,18 +34,6 @@ def baseline(tiny_dir, workload):
 DEMO = os.path.join(os.path.dirname(__file__), "..", "..", "deploy", "demo")
 
 
-@pytest.fixture(scope="module")
-def demo_workload():
-    """The demo pair on held-out task prompts, EOS honoured: acceptance is high (tau ~6.5 at K=15)."""
-    from transformers import AutoTokenizer
-
-    from dflash_vllm.prompts import prompt_set
-
-    tok = AutoTokenizer.from_pretrained(os.path.join(DEMO, "target"))
-    _, ids = prompt_set("tasks", tok, 16)
-    return [{"prompt_token_ids": p, "max_tokens": 64, "ignore_eos": False, "stop_token_ids": [tok.eos_token_id]}
-            for p in ids]
-
 
 @pytest.fixture(scope="module")
 def demo_baseline(demo_workload):

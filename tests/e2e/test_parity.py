@@ -126,24 +126,18 @@ def test_ours_equals_oracles(engine_runs, oracle_runs, oracle):
 
 
 @pytest.fixture(scope="module")
-def batched_one_draft_runs():
+def batched_one_draft_runs(demo_workload):
     """One draft per request (a two-row block) with 8 requests in flight, ours and native, on the
     demo pair and its task prompts (first draft accepted ~93 % of the time: the tiny pair's
     drafter accepts too rarely to tell a defect from noise)."""
-    from transformers import AutoTokenizer
-
     from dflash_vllm import paths
-    from dflash_vllm.prompts import prompt_set
 
-    tok = AutoTokenizer.from_pretrained(str(paths.DEMO_TARGET))
-    _, ids = prompt_set("tasks", tok, 16)
     job = {
         "model": str(paths.DEMO_TARGET),
         "speculative_config": {"method": "dflash", "model": str(paths.DEMO_DRAFTER), "num_speculative_tokens": 1,
                                "dflash_adaptive": False},
         "engine": {"max_num_seqs": 8},
-        "requests": [{"prompt_token_ids": p, "max_tokens": 64, "ignore_eos": False, "stop_token_ids": [tok.eos_token_id]}
-                     for p in ids],
+        "requests": demo_workload,
     }
     return {name: run_job_subprocess(dict(job, native=name == "native")) for name in ("ours", "native")}
 
