@@ -60,9 +60,10 @@ then drafting pauses for two steps (the plain step's cost stays measured: the se
 the first after drafted steps costs more), spaced to cost at most ``explore_budget`` (1%) of the
 expected goodput, and every ``zero_every`` steps while fewer than 12 plain steps were measured.
 While drafting does not pay, a probe drafts after ``probe_every`` (32) steps or more, spaced so
-that what probes lose stays within ``probe_budget`` (2%): the larger of the modelled loss and the
-one measured on earlier probes at about the same batch (wall time, ``_measure_probe``); sooner in
-two cases: a verify whose accepted run the curve gives less than ``surprise`` / rows brings the next
+that what probes lose stays within ``probe_budget`` (2%): the larger of the modelled loss (only
+where a drafter forward over about the probe's block was timed recently: elsewhere T_d is an
+extrapolation) and the one measured on earlier probes at about the same batch (wall time,
+``_measure_probe``); sooner in two cases: a verify whose accepted run the curve gives less than ``surprise`` / rows brings the next
 probe at once (a change of workload needs two rows, and one probe at batch 1 gives one), and a
 batch level (a running geometric mean over ~20 steps) 4x from the last probe's brings one after
 ``probe_every`` steps (a change of load often comes with a change of traffic; at batch 1 probes
@@ -452,6 +453,7 @@ class CostModel:
         self._steps = 0
         # log2 bucket of N -> (EMA of N, EMA of seconds, step of the latest plain step, of the one before)
         self._near: dict[int, tuple[float, float, int, int]] = {}
+        self._draft_near: dict[int, int] = {}  # log2 bucket of block tokens -> step of the latest T_d sample
 
     def _local(self, n: float, plain: list) -> float:
         """The plain-step line's (coefficients ``plain``) error at the recent plain steps near n
@@ -509,6 +511,15 @@ class CostModel:
 
     def observe_draft(self, seconds: float, block_tokens: int) -> None:
         self.draft.observe((1.0, block_tokens / self.SCALE), seconds)
+        self._draft_near[self._bucket(block_tokens)] = self._steps
+
+    def draft_known_near(self, block_tokens: float) -> bool:
+        """Whether a drafter forward over about ``block_tokens`` (within 4x) was timed in the last
+        ``LOCAL_WITHIN`` steps. Elsewhere T_d is the line's extrapolation: fitted to blocks of
+        512-832 tokens (batch 64), it priced batch 1's 16-token block at 8.4 ms against 1.8
+        measured (session 30, scratch ``probedue.py``: free c = 64, then tasks c = 1)."""
+        b, now = self._bucket(block_tokens), self._steps
+        return any(now - self._draft_near.get(x, -(1 << 30)) <= self.LOCAL_WITHIN for x in range(b - 2, b + 3))
 
     def _coefficients(self, stale: bool):
         """(verify fit, plain line, the array the plain line is read from): as last solved with
@@ -622,6 +633,7 @@ class _Optimum(NamedTuple):
     probe_loss: float  # what a probe loses against a plain step, in plain steps
     thr: float  # the survival threshold of the best k
     cap: int  # its cap
+    probe_block: float = 0.0  # the block tokens of a probe's drafter forward
 
 
 class _CachedOptimum(NamedTuple):
@@ -867,7 +879,7 @@ class AdaptivePolicy:
         r = len(dec_ids)
         if opt is None:  # the very first step: nothing measured, draft everything once
             return np.full(r, self.k_max), self.k_max
-        best_k, best_g, g0, q_probe, probe_loss, thr, cap = opt
+        best_k, best_g, g0, q_probe, probe_loss, thr, cap, _ = opt
         if members_only:
             # Requests left and others took their place, or the batch moved by a request or two:
             # the optimum's rule with its prices, for the batch now (see the docstring).
@@ -939,7 +951,11 @@ class AdaptivePolicy:
         at least, spaced so that what probes lose (in plain steps: ``opt``'s estimate, or what
         probes at about this batch size were measured to lose, per log2 bucket or else its
         neighbours, the larger) stays within ``probe_budget``."""
-        loss = opt.probe_loss if opt is not None else 0.0
+        # The modelled loss only where the drafter forward was timed near the probe's block: an
+        # extrapolated T_d (blocks timed at batch 64 only) spaced probes at batch 1 ~150 steps
+        # apart, and the policy stayed off for 200-530 steps of tasks c = 1 after free c = 64
+        # (session 30). A probe there is what measures it.
+        loss = opt.probe_loss if opt is not None and self.cost.draft_known_near(opt.probe_block) else 0.0
         b, measured = CostModel._bucket(num_reqs), self.probe_loss
         m = measured.get(b)
         if m is None:  # a batch at the edge of a bucket (7 after 8): its neighbours' measurements
@@ -1002,4 +1018,5 @@ class AdaptivePolicy:
         i_probe = int(np.searchsorted(caps, q_probe))
         # What a probe loses against a plain step, in plain steps (its accepted drafts count).
         loss = float(t_caps[i_probe]) / max(t0, 1e-9) - (r + float(cs[:, q_probe].sum())) / r
-        return _Optimum(best_k, best_g, g0, q_probe, loss, best_thr, int(caps[best_c]))
+        return _Optimum(best_k, best_g, g0, q_probe, loss, best_thr, int(caps[best_c]),
+                        float((r if subset else num_reqs) * (q_probe + 1)))

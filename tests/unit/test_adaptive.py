@@ -361,6 +361,32 @@ def test_drafts_again_at_batch_1_soon_after_a_long_run_at_batch_64_without_draft
     assert short >= 0.9 and long >= 0.88
 
 
+def test_probes_at_batch_1_come_soon_when_the_drafter_was_only_timed_on_batch_64_blocks():
+    """A fresh engine whose first traffic is prompts the drafter does not know at batch 64, then
+    prompts it knows at batch 1 (in the engine: free c = 64, then tasks c = 1; session 30, scratch
+    ``probedue.py``). The drafter forward was timed only on blocks of hundreds of tokens, with a
+    batch's fixed work in each call, and its line priced batch 1's 16-token block at 8.4 ms
+    against 1.8; a probe looked like ~3 plain steps lost, probes came ~150 steps apart, and the
+    engine went 200-530 steps without drafting. A probe's modelled loss now counts only where a
+    block of about its size was timed (``CostModel.draft_known_near``). Without that, this reads
+    ~0.52 of K = 15 (ENGINE_COST, 4 seeds); with it ~0.92."""
+    ratios = [_tasks_at_batch_1_after((("chat", 64, 60, 4, seed),), seed, steps=200, life=20, hidden=True,
+                                      cost=ENGINE_COST) for seed in range(4)]
+    print(f"tasks at batch 1 after a fresh start at batch 64: adaptive / K=15 {', '.join(f'{x:.3f}' for x in ratios)}")
+    assert np.mean(ratios) >= 0.85
+
+
+def test_the_drafter_forward_is_known_only_near_the_blocks_it_was_timed_on():
+    cm = CostModel()
+    assert not cm.draft_known_near(16)
+    cm.observe_step(0.01, 64)
+    cm.observe_draft(0.02, 704)
+    assert cm.draft_known_near(704) and cm.draft_known_near(200) and not cm.draft_known_near(16)
+    for _ in range(CostModel.LOCAL_WITHIN + 1):
+        cm.observe_step(0.01, 64)
+    assert not cm.draft_known_near(704)  # timed too long ago
+
+
 def test_stops_drafting_within_a_few_steps_when_the_first_draft_stops_being_accepted():
     """Chat at batch 1 after tasks at batch 1 and 64 (the full check's chat c = 1 cell after the
     strong cells; in the engine 0.78-0.80 of K = 0 in session 21's two runs): the curve held 16
