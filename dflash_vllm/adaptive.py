@@ -652,7 +652,7 @@ class AdaptivePolicy:
 
     PLAIN_ANCHORS = 12  # plain steps to measure before plain anchors follow the exploration budget
     SETTLE_STEPS = 64  # steps measured before a drafting plan may be reused (see _choose)
-    IDLE_REPLAN = 16  # steps a "no drafts" optimum is reused for (see _choose)
+    IDLE_REPLAN = 32  # steps a "no drafts" optimum is reused for (see _choose; 16 until session 30)
     LEVEL_DECAY = 0.95  # the batch's level for the probe rule (_level_bucket)
     COVER_EVERY = 8  # steps between plain anchors while the batch is far from every measured plain step
 
@@ -866,6 +866,8 @@ class AdaptivePolicy:
         else:  # "no drafts": a new batch size, a probe's result, a probe due, or every IDLE_REPLAN steps
             stale = (c.batch[0] != num_reqs or len(c.batch[1]) != len(dec_ids) or c.verified != verified
                      or self.step - c.step >= self.IDLE_REPLAN or self._probe_due(c.opt, num_reqs=num_reqs))
+            if not stale and not surprised:  # no probe due (just read): what the rest below would return
+                return np.zeros(len(dec_ids), dtype=np.int64), 0
         if stale:
             opt = self._optimum(dec_ids, num_reqs)
             drafts = opt is None or (opt.k is not None and opt.g > opt.g0 * (1.0 + self.margin) and opt.k.any())
@@ -944,7 +946,7 @@ class AdaptivePolicy:
         sides of that rule read it, so a difference of 2 is a factor of ~4."""
         if self._level is None:
             return CostModel._bucket(num_reqs)
-        return int(np.floor(self._level + 0.5))
+        return math.floor(self._level + 0.5)
 
     def _probe_due(self, opt, *, num_reqs: int, ahead: int = 0) -> bool:
         """Whether a probe is due (within ``ahead`` steps): ``probe_every`` steps without drafts
