@@ -63,13 +63,13 @@ While drafting does not pay, a probe drafts after ``probe_every`` (32) steps or 
 that what probes lose stays within ``probe_budget`` (2%): the larger of the modelled loss (only
 where a drafter forward over about the probe's block was timed recently: elsewhere T_d is an
 extrapolation) and the one measured on earlier probes at about the same batch (wall time,
-``_measure_probe``); sooner in two cases: a verify whose accepted run the curve gives less than ``surprise`` / rows brings the next
-probe at once (a change of workload needs two rows, and one probe at batch 1 gives one), and a
-batch level (a running geometric mean over ~20 steps) 4x from the last probe's brings one after
-``probe_every`` steps (a change of load often comes with a change of traffic; at batch 1 probes
-are otherwise ~130 steps apart). A probe
-drafts as deep as costs at most a quarter of a plain step more than one draft each (on CPU with a
-small batch: the whole block, so one probe measures every position), every other probe half as
+``_measure_probe``); sooner in two cases: a verify whose accepted run the curve gives less than
+``surprise`` / rows brings the next probe at once (a change of workload needs two rows, and one
+probe at batch 1 gives one), and a batch level (a running geometric mean over ~20 steps) 4x from
+the last probe's brings one after ``probe_every`` steps (a change of load often comes with a
+change of traffic; at batch 1 probes are otherwise ~130 steps apart). A probe drafts as deep
+as costs at most a quarter of a plain step more than one draft each (on CPU with a small batch:
+the whole block, so one probe measures every position), every other probe half as
 deep (so the slope in N and delta are told apart; a one-draft probe, as before, could not tell
 prompts the drafter knows from ones it does not). Acceptance evidence ages per step and per
 verified row, so positions no longer reached drift toward the rate of the position before them
@@ -950,9 +950,10 @@ class AdaptivePolicy:
 
     def _probe_due(self, opt, *, num_reqs: int, ahead: int = 0) -> bool:
         """Whether a probe is due (within ``ahead`` steps): ``probe_every`` steps without drafts
-        at least, spaced so that what probes lose (in plain steps: ``opt``'s estimate, or what
-        probes at about this batch size were measured to lose, per log2 bucket or else its
-        neighbours, the larger) stays within ``probe_budget``."""
+        at least, spaced so that what probes lose (in plain steps: ``opt``'s estimate where the
+        drafter was timed near a probe's block, or what probes at about this batch size were
+        measured to lose, per log2 bucket or else its neighbours, the larger) stays within
+        ``probe_budget``."""
         # The modelled loss only where the drafter forward was timed near the probe's block: an
         # extrapolated T_d (blocks timed at batch 64 only) spaced probes at batch 1 ~150 steps
         # apart, and the policy stayed off for 200-530 steps of tasks c = 1 after free c = 64

@@ -369,7 +369,7 @@ def test_probes_at_batch_1_come_soon_when_the_drafter_was_only_timed_on_batch_64
     against 1.8; a probe looked like ~3 plain steps lost, probes came ~150 steps apart, and the
     engine went 200-530 steps without drafting. A probe's modelled loss now counts only where a
     block of about its size was timed (``CostModel.draft_known_near``). Without that, this reads
-    ~0.52 of K = 15 (ENGINE_COST, 4 seeds); with it ~0.92."""
+    ~0.52 of K = 15 (ENGINE_COST, 4 seeds: 0.47-0.54); with it ~0.91 (0.78-0.97)."""
     ratios = [_tasks_at_batch_1_after((("chat", 64, 60, 4, seed),), seed, steps=200, life=20, hidden=True,
                                       cost=ENGINE_COST) for seed in range(4)]
     print(f"tasks at batch 1 after a fresh start at batch 64: adaptive / K=15 {', '.join(f'{x:.3f}' for x in ratios)}")

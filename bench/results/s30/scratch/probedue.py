@@ -11,6 +11,7 @@ LOG = []
 if __name__ == "__main__":
     orig_plan = A.AdaptivePolicy.plan
     def plan(self, req_ids, is_decode, *a, **kw):
+        surprised = self.acceptance.surprised
         k, q = orig_plan(self, req_ids, is_decode, *a, **kw)
         c = self._optimum_cache
         opt = c.opt if c else None
@@ -21,7 +22,7 @@ if __name__ == "__main__":
         LOG.append((self.step, nr, int(is_decode.sum()), q, self._level_bucket(nr), self._probe_bucket, self.steps_since_draft,
                     None if opt is None else round(opt.probe_loss, 2), None if m is None else round(m, 2),
                     None if opt is None else opt.q_probe, None if td is None else round(td * 1e3, 2),
-                    round(float(self.cost.t_verify(nr)) * 1e3, 2), self.dormant))
+                    round(float(self.cost.t_verify(nr)) * 1e3, 2), self.dormant, "S" if surprised else ""))
         return k, q
     A.AdaptivePolicy.plan = plan
     orig_dt = A.AdaptivePolicy.on_draft_time
@@ -33,6 +34,6 @@ if __name__ == "__main__":
     try:
         P.trace_policy(sets, 1, int(os.environ.get("REQ", "48")))
     finally:
-        print("step nr dec q lvl pbkt since optloss measloss qprobe Td16 Tplain dormant")
+        print("step nr dec q lvl pbkt since optloss measloss qprobe Td16 Tplain dormant surprised")
         for row in LOG:
             print(*row)
