@@ -110,6 +110,15 @@ PATCHES: tuple[Patch, ...] = (
         "0.32", "when vLLM's CPU platform supports Ray", "cpu",
     ),
     Patch(
+        "ray-cpu-monitor", "vllm.v1.executor.ray_executor_v2:RayExecutorV2.start_worker_monitor",
+        "CpuRayExecutor's copy of vLLM's worker monitor, with one check more: workers that ended "
+        "because ray.shutdown() is in progress are not a failure",
+        "vLLM's monitor shut the executor down from its thread during ray.shutdown() and Ray ended "
+        "the process with exit status 1 (1 run in 6 of the teardown in tests/e2e/test_tensor_parallel.py; "
+        "reproduction: tests/unit/test_ray_cpu_shutdown.py)",
+        "0.32", "when vLLM's monitor stops on a Ray shutdown itself", "cpu",
+    ),
+    Patch(
         "adaptive-runner-hooks", "vllm.v1.worker.gpu_model_runner:GPUModelRunner.take_draft_token_ids",
         "per runner instance, only with the adaptive policy or a K pin on: take_draft_token_ids "
         "wrapped to cut each request's draft list to its chosen length, _bookkeeping_sync wrapped "
