@@ -14,7 +14,9 @@ CPU ("current platform cpu does not support ray"):
    by local rank, as with the multiprocessing executor).
 
 Installed by the plugin only on the CPU platform, only for ``--distributed-executor-backend
-ray``; nothing changes for CUDA or for the multiprocessing executor. Importing this module (the
+ray``; nothing changes for CUDA or for the multiprocessing executor. The executor also carries its
+own copy of vLLM's worker monitor (patch ``ray-cpu-monitor``): a ``ray.shutdown()`` is not a
+worker failure. Importing this module (the
 driver does; so does every Ray actor, which unpickles ``CpuRayWorkerProc`` by reference) sets
 (1); the subclasses below handle (2) and (3).
 """
