@@ -835,9 +835,9 @@ class AdaptivePolicy:
     def _choose(self, dec_ids: list[str], num_reqs: int) -> tuple[np.ndarray, int]:
         """The optimum, then this step's exploration around it. While the optimum is "no
         drafts", it is recomputed only every ``IDLE_REPLAN`` steps, when the batch size moves by
-        over a quarter (session 30: at every change, the plan took 334 / 445 us per step at chat
-        c = 16 / 64 in the engine, 266 / 364 within a quarter) (a new request in the same place changes only its skill rho, which a probe measures
-        first), when drafts were verified (a probe's result), and when the reused estimate says
+        over a quarter (a new request in the same place changes only its skill rho, which a probe
+        measures first; recomputed at every change of size, the plan took 334 / 445 us per step at
+        chat c = 16 / 64 in the engine, 266 / 364 within a quarter, session 30), when drafts were verified (a probe's result), and when the reused estimate says
         a probe is due (the fresh one then decides): measured in the engine (demo pair, free
         prompts), the policy's host work was ~0.3 ms per step at batch 1-8, 6-7 % of a plain
         step, most of it this recomputation (~0.4 ms each, on a third of the steps: every 4
