@@ -71,7 +71,9 @@ change of traffic; at batch 1 probes are otherwise ~130 steps apart). A probe dr
 as costs at most a quarter of a plain step more than one draft each (on CPU with a small batch:
 the whole block, so one probe measures every position), every other probe half as
 deep (so the slope in N and delta are told apart; a one-draft probe, as before, could not tell
-prompts the drafter knows from ones it does not). Acceptance evidence ages per step and per
+prompts the drafter knows from ones it does not). Between probes, the steps that would plan no
+drafts without reading anything new form an idle window (``_idle_window``): each costs a few
+comparisons (``idle_step``), and the proposer hands their clocks over at the window's end. Acceptance evidence ages per step and per
 verified row, so positions no longer reached drift toward the rate of the position before them
 (the first toward the optimistic prior): after a run of prompts the drafter does not know, the
 first probes on prompts it does know bring deep drafting back within a short benchmark cell
@@ -226,6 +228,7 @@ class AcceptanceModel:
         self._positions = np.arange(1, k_max + 1)
         self.accepted = np.full(k_max, prior_rate * prior_weight)  # decayed "position j accepted"
         self.reached = np.full(k_max, prior_weight)  # decayed "position j verified"
+        self._ticked: tuple[float, float] | None = None  # ticks not yet applied to both (see tick)
         self.requests: dict[str, list[float]] = {}  # req_id -> [decayed accepted, decayed expected]
         self.verified_steps = 0  # verify steps observed (a plan made before one is out of date)
         self.last_accepted = 0  # drafts accepted, all rows, in the latest verify step
@@ -243,6 +246,7 @@ class AcceptanceModel:
         """g(j), j = 1..K: each position's evidence, with ``chain`` pseudo-counts at the rate of
         the position before it (the first: at the optimistic prior). A position with little
         recent evidence reads like the one before it, not like whatever workload last reached it."""
+        self._apply_ticks()
         g = np.empty(self.k_max)
         prev, w = self.prior_rate, self.chain
         acc, reached = self.accepted.tolist(), self.reached.tolist()
@@ -254,6 +258,7 @@ class AcceptanceModel:
         """One verify step: request req_ids[i] had num_drafted[i] > 0 drafts, num_accepted[i] accepted."""
         if not req_ids:
             return
+        self._apply_ticks()
         self.verified_steps += 1
         d = np.minimum(np.asarray(num_drafted, dtype=np.int64), self.k_max)
         a = np.minimum(np.asarray(num_accepted, dtype=np.int64), d)
@@ -315,15 +320,24 @@ class AcceptanceModel:
         And it holds at most ``rows_per_request`` rows per decoding request of the current
         batch (all positions scaled alike): evidence gathered at batch 64 (~230 rows) aged at
         batch 1 by the step decay alone, ~470 steps to fall to a couple of rows, and the bench's
-        tasks c = 1 cell after the free c = 64 one did not draft again within the cell."""
-        self.reached *= self.decay
-        self.accepted *= self.decay
+        tasks c = 1 cell after the free c = 64 one did not draft again within the cell.
+        Both arrays are only ever scaled alike here, so the ticks wait as one factor (and
+        position 1's count), applied when they are next read (``_apply_ticks``): a step
+        without drafts then touches two floats, not four arrays."""
+        f, top = self._ticked if self._ticked is not None else (1.0, float(self.reached[0]))
+        f, top = f * self.decay, top * self.decay
         if num_decode and self.rows_per_request:
-            top, cap = float(self.reached[0]), self.rows_per_request * num_decode
+            cap = self.rows_per_request * num_decode
             if top > cap:
-                f = cap / top
-                self.reached *= f
-                self.accepted *= f
+                f, top = f * (cap / top), cap
+        self._ticked = (f, top)
+
+    def _apply_ticks(self) -> None:
+        if self._ticked is not None:
+            f = self._ticked[0]
+            self._ticked = None
+            self.reached *= f
+            self.accepted *= f
 
     def forget(self, req_ids) -> None:
         for rid in req_ids:
@@ -521,6 +535,14 @@ class CostModel:
         b, now = self._bucket(block_tokens), self._steps
         return any(now - self._draft_near.get(x, -(1 << 30)) <= self.LOCAL_WITHIN for x in range(b - 2, b + 3))
 
+    def draft_known_for(self, block_tokens: float) -> int | None:
+        """For how many more steps ``draft_known_near(block_tokens)`` stays true without a new
+        timing (counted in observed steps), or None if it is false now."""
+        b = self._bucket(block_tokens)
+        last = max((self._draft_near.get(x, -(1 << 30)) for x in range(b - 2, b + 3)))
+        left = last + self.LOCAL_WITHIN - self._steps
+        return left if left >= 0 else None
+
     def _coefficients(self, stale: bool):
         """(verify fit, plain line, the array the plain line is read from): as last solved with
         ``stale``; the plain line is the verify fit's N0 part until it has ``PLAIN_MIN`` steps of
@@ -692,6 +714,9 @@ class AdaptivePolicy:
         # The drafter forward runs over the requests that submit drafts only (the proposer's
         # _drafting_rows; not under tensor parallelism, where every rank runs the whole batch).
         self.forward_drafting_rows_only = forward_drafting_rows_only
+        # An idle window (``_idle_window``): plain steps to come that stay plain whatever their
+        # clocks say, while the batch stays near the optimum's (see ``idle_step``).
+        self.idle_left = 0
 
     # called once per step, at the start of the drafting call
     def on_step(self, now: float, num_tokens: int, num_reqs: int, step_start: float | None,
@@ -815,10 +840,13 @@ class AdaptivePolicy:
             k[is_decode] = kf
             q = kf if is_decode.any() else 0
         else:
+            if self.idle_left > 0:
+                n_dec = int(np.count_nonzero(is_decode))
+                if can_shorten and (seeded is None or not (seeded & is_decode).any()) and self.idle_step(num_reqs, n_dec):
+                    return k, 0
             rows = np.flatnonzero(is_decode)
             self.acceptance.tick(len(rows))
-            x = math.log2(max(num_reqs, 1))
-            self._level = x if self._level is None else self.LEVEL_DECAY * self._level + (1.0 - self.LEVEL_DECAY) * x
+            self._update_level(num_reqs)
             q = 0
             if len(rows):
                 k_dec, q = self._choose([req_ids[i] for i in rows], num_reqs)
@@ -828,9 +856,61 @@ class AdaptivePolicy:
                 q = self.k_max
             if not can_shorten:  # the drafter forward must be the same on every rank
                 q = self.k_max
+        if q:
+            self.idle_left = 0  # (seeded rows, or tensor parallelism, drafted after all)
         self.steps_since_draft = 0 if q else self.steps_since_draft + 1
         self._prev_submitted, self._last_submitted = self._last_submitted, int(k.sum())
         return k, q
+
+    def _update_level(self, num_reqs: int) -> None:
+        x = math.log2(max(num_reqs, 1))
+        self._level = x if self._level is None else self.LEVEL_DECAY * self._level + (1.0 - self.LEVEL_DECAY) * x
+
+    def idle_step(self, num_reqs: int, num_decode: int) -> bool:
+        """A step of the idle window (``_idle_window``), for a batch of ``num_reqs`` requests,
+        ``num_decode`` of them decoding ones that may draft, none seeded: True, and the step is
+        planned (no drafts: what ``plan`` would find, for less host work); False, and the window
+        ends, if the batch moved by over a quarter from the optimum's or its level is now 4x
+        from the last probe's after ``probe_every`` steps without drafts (``_probe_spacing``'s
+        rule): ``plan`` then decides. The proposer calls it directly for the steps whose clocks
+        it hands the policy later (``on_step`` of each, in order, then this)."""
+        c, acc = self._optimum_cache, self.acceptance
+        if (self.idle_left <= 0 or acc.verified_steps != c.verified or acc.surprised
+                or not (_near(c.batch[0], num_reqs) and _near(len(c.batch[1]), num_decode))):
+            self.idle_left = 0  # (a verify: none comes without drafts, but a caller may bring one)
+            return False
+        level = self.LEVEL_DECAY * self._level + (1.0 - self.LEVEL_DECAY) * math.log2(max(num_reqs, 1))
+        if (self._probe_bucket is not None and self.steps_since_draft + 1 >= self.probe_every
+                and abs(math.floor(level + 0.5) - self._probe_bucket) >= 2):
+            self.idle_left = 0
+            return False
+        self._level = level
+        self.idle_left -= 1
+        self.acceptance.tick(num_decode)
+        self.steps_since_draft += 1
+        self._prev_submitted, self._last_submitted = self._last_submitted, 0
+        return True
+
+    def _idle_window(self, c: "_CachedOptimum", num_reqs: int) -> int:
+        """After a plan of no drafts that reused or recomputed the "no drafts" optimum ``c``: the
+        steps after this one that ``_choose`` would plan alike without reading anything new, as
+        long as the batch stays near ``c``'s (``idle_step`` checks that and the level rule): until
+        ``IDLE_REPLAN`` steps from the optimum, before the next probe is due at the smallest
+        spacing ``_probe_due`` finds for a batch within a quarter of this one, and before the
+        drafter forward's last timing near a probe's block ages out (``CostModel.draft_known_near``).
+        None while a probe is being measured (its measured loss moves the spacing) or drafts are
+        still to be verified (the previous plan's). Nothing in between reads what the steps'
+        clocks teach the cost model: ``exact_plans.py`` (bench/results/s31/scratch) finds every
+        plan the same with and without windows."""
+        if self._probe_meas is not None or self._last_submitted or c.opt is None:
+            return 0
+        a = c.batch[0]  # the batches near it: at most two log2 buckets, those of the ends
+        spacing = min(self._probe_spacing(c.opt, n) for n in (max(1, -(-4 * a // 5)), 5 * a // 4))
+        window = min(spacing - self.steps_since_draft - 2, self.IDLE_REPLAN - (self.step - c.step) - 1)
+        known = self.cost.draft_known_for(c.opt.probe_block)
+        if known is not None:
+            window = min(window, known - 1)
+        return max(0, window)
 
     def _choose(self, dec_ids: list[str], num_reqs: int) -> tuple[np.ndarray, int]:
         """The optimum, then this step's exploration around it. While the optimum is "no
@@ -869,6 +949,7 @@ class AdaptivePolicy:
                      or c.verified != verified or self.step - c.step >= self.IDLE_REPLAN
                      or self._probe_due(c.opt, num_reqs=num_reqs))
             if not stale and not surprised:  # no probe due (just read): what the rest below would return
+                self.idle_left = self._idle_window(c, num_reqs)
                 return np.zeros(len(dec_ids), dtype=np.int64), 0
         if stale:
             opt = self._optimum(dec_ids, num_reqs)
@@ -929,6 +1010,8 @@ class AdaptivePolicy:
                 q_probe = max(1, q_probe // 2)  # steps (the slope in N told apart from delta), and
                 # it still sees past the first draft (a 1-draft probe could not tell a changed workload)
             return np.full(r, q_probe, dtype=np.int64), q_probe
+        if not drafts:
+            self.idle_left = self._idle_window(c, num_reqs)
         return np.zeros(r, dtype=np.int64), 0
 
     @property
@@ -951,7 +1034,11 @@ class AdaptivePolicy:
         return math.floor(self._level + 0.5)
 
     def _probe_due(self, opt, *, num_reqs: int, ahead: int = 0) -> bool:
-        """Whether a probe is due (within ``ahead`` steps): ``probe_every`` steps without drafts
+        """Whether a probe is due (within ``ahead`` steps; see ``_probe_spacing``)."""
+        return self.steps_since_draft + 1 + ahead >= self._probe_spacing(opt, num_reqs)
+
+    def _probe_spacing(self, opt, num_reqs: int) -> int:
+        """The steps without drafts after which a probe is due (``_probe_due``): ``probe_every``
         at least, spaced so that what probes lose (in plain steps: ``opt``'s estimate where the
         drafter was timed near a probe's block, or what probes at about this batch size were
         measured to lose, per log2 bucket or else its neighbours, the larger) stays within
@@ -974,7 +1061,7 @@ class AdaptivePolicy:
         # a probe in nearly every short cell of prompts the drafter does not know (session 29).
         if self._probe_bucket is not None and abs(self._level_bucket(num_reqs) - self._probe_bucket) >= 2:
             spacing = self.probe_every
-        return self.steps_since_draft + 1 + ahead >= spacing
+        return spacing
 
     def _optimum(self, dec_ids: list[str], num_reqs: int):
         """The optimum for this batch (``_Optimum``), or None before anything was measured."""

@@ -89,6 +89,10 @@ class StepTimeTable:
             if counts[j]:
                 self._add(_LEN_BASE + 8 * (1 + j), float(counts[j]))
 
+    def observe_undrafted(self, n: int) -> None:
+        """n requests submitted 0 drafts (a step of the policy's idle window; K as last observed)."""
+        self._add(_LEN_BASE + 8, float(n))
+
     def read_lengths(self) -> list[float]:
         """[count of length 0, ..., count of length K] ([] before any draft step)."""
         vals = struct.unpack_from(f"{_MAX_LEN + 2}d", self.buf, _LEN_BASE)
@@ -181,6 +185,13 @@ def observe_draft_lengths(counts) -> None:
     table = _writer()
     if table is not None:
         table.observe_lengths(counts)
+
+
+def observe_undrafted(n: int) -> None:
+    """In the process running the model (rank 0): n requests submitted no drafts this step."""
+    table = _writer()
+    if table is not None:
+        table.observe_undrafted(n)
 
 
 def read_draft_lengths() -> list[float]:

@@ -236,14 +236,30 @@ class PolicyTrace:
     def __init__(self, window: int = 40):
         self.window = window
         self.rows: list[tuple[int, tuple | None]] = []  # (q, state at this step or None)
+        self._in_plan = False
 
     def traced(self, plan):
         """``AdaptivePolicy.plan`` (the function), recording every plan it makes."""
         def traced_plan(policy, req_ids, is_decode, *args, **kwargs):
-            k, q = plan(policy, req_ids, is_decode, *args, **kwargs)
+            self._in_plan = True
+            try:
+                k, q = plan(policy, req_ids, is_decode, *args, **kwargs)
+            finally:
+                self._in_plan = False
             self.record(policy, req_ids, is_decode, q)
             return k, q
         return traced_plan
+
+    def traced_idle(self, idle_step):
+        """``AdaptivePolicy.idle_step`` (the function): the steps of an idle window that the
+        proposer plans without ``plan`` are recorded too (as plans for the optimum's requests)."""
+        def traced_idle_step(policy, num_reqs, num_decode):
+            ok = idle_step(policy, num_reqs, num_decode)
+            if ok and not self._in_plan:
+                ids = policy._optimum_cache.batch[1]
+                self.record(policy, ids, [True] * len(ids), 0)
+            return ok
+        return traced_idle_step
 
     def record(self, policy, req_ids, is_decode, q: int) -> None:
         state = None
@@ -284,6 +300,7 @@ def trace_policy(sets: list[str], concurrency: int, requests: int) -> None:
     envs.set(envs.FIXED_K, "adaptive")
     trace = PolicyTrace()
     AdaptivePolicy.plan = trace.traced(AdaptivePolicy.plan)
+    AdaptivePolicy.idle_step = trace.traced_idle(AdaptivePolicy.idle_step)
     runs = [(s.partition("@")[0], int(s.partition("@")[2] or concurrency)) for s in sets]  # "code@64": its own c
     llm = _engine(_spec(), max(8, *(c for _, c in runs)))
     tok = AutoTokenizer.from_pretrained(str(paths.DEMO_TARGET))

@@ -596,6 +596,7 @@ class DFlashProposer(SpecDecodeBaseProposer):
         take = runner.take_draft_token_ids
         runner.take_draft_token_ids = lambda: self._take_drafts(take)
         self._planned_q: int | None = None
+        self._idle_clocks: list[tuple] = []  # the idle window's steps' clocks, not yet handed over (_idle_plan)
         self._step_start: float | None = None
         self._call_end: float | None = None  # the previous drafting call ended
         self._plan_start: float | None = None
@@ -785,14 +786,19 @@ class DFlashProposer(SpecDecodeBaseProposer):
         step (from the runner's execute_model to here, plus the time since the previous
         drafting call ended, plus the previous step's own plan and, for a K = 0 step, its
         deferred context copy: the host work every plain step pays) and the previous drafting
-        call (``_observe_draft_time``)."""
+        call (``_observe_draft_time``). In the policy's idle window (``_idle_plan``) the clocks
+        wait, and the plan is the window's."""
         runner = self._runner
         now = self._plan_start = time.perf_counter()
         step_start, self._step_start = self._step_start, None
         gap = step_start - self._call_end if step_start is not None and self._call_end is not None else None
-        self._observe_draft_time()
         overhead, self._overhead = self._overhead, 0.0
-        self.policy.on_step(now, num_tokens, num_reqs, step_start, gap, overhead=overhead)
+        clocks = (now, num_tokens, num_reqs, step_start, gap, overhead)
+        if self.policy.idle_left > 0 and self._idle_plan(num_reqs, clocks, sampling_metadata):
+            return 0
+        self._catch_up()
+        self._observe_draft_time()
+        self.policy.on_step(*clocks)
         req_ids = runner.input_batch.req_ids[:num_reqs]
         is_decode = ~runner.discard_request_mask.np[:num_reqs].astype(bool)  # partial prefills draft nothing
         queue, draftable = self._ctx_queue, is_decode
@@ -815,6 +821,47 @@ class DFlashProposer(SpecDecodeBaseProposer):
         if self._record_lengths:
             metrics.observe_draft_lengths(lengths)
         return q
+
+    def _idle_plan(self, num_reqs: int, clocks: tuple, sampling_metadata) -> bool:
+        """A step of the policy's idle window (``AdaptivePolicy.idle_step``: plain steps to come
+        that stay plain whatever their clocks say, while the batch stays near): True, no drafts
+        for anyone, and the step's clocks wait for the window's end (``_catch_up``). What it
+        saves: host work right after the target forward costs several times what it costs warm
+        (its caches are cold: a 5 us piece of Python took 32 us there once and 5.6 us when run
+        again at once, session 31, scratch ``calib.py``); the policy's clocks and plan took ~100
+        us per plain step at batch 1 on the demo pair, and the clocks handed over in a batch at
+        the window's end run warm. False (a seeded request, a drafting call's time to read, or
+        the window ended): ``_plan`` goes on."""
+        if getattr(sampling_metadata, "generators", None) or self._draft_timing is not None:
+            return False
+        runner = self._runner
+        disc = runner.discard_request_mask.np[:num_reqs]
+        num_decode = num_reqs - int(np.count_nonzero(disc))
+        inc = self._ctx_queue.incomplete
+        draftable = num_decode
+        if inc:  # (their context was shed: see _plan)
+            req_ids = runner.input_batch.req_ids[:num_reqs]
+            if num_decode == num_reqs:
+                draftable -= sum(map(inc.__contains__, req_ids))
+            else:
+                draftable -= sum(1 for r, d in zip(req_ids, disc.tolist()) if not d and r in inc)
+        if not self.policy.idle_step(num_reqs, draftable):
+            return False
+        self._idle_clocks.append(clocks)
+        self.submitted_hist[0] += num_decode
+        if self._record_lengths:
+            metrics.observe_undrafted(num_decode)
+        self._pending_k = None
+        return True
+
+    def _catch_up(self) -> None:
+        """The clocks of the idle window's steps, handed to the policy in order (nothing read
+        them in between: ``AdaptivePolicy._idle_window``)."""
+        held = self._idle_clocks
+        if held:
+            self._idle_clocks = []
+            for c in held:
+                self.policy.on_step(*c)
 
     def _observe_draft_time(self) -> None:
         """The previous step's drafter forward with the context K/V write of the tokens that step

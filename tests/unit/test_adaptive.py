@@ -630,6 +630,76 @@ def test_while_drafting_does_not_pay_the_optimum_is_recomputed_on_few_steps(r):
     assert np.mean(counts) <= 600 / 20
 
 
+def _wandering_batch(policy, seed: int, steps: int, deferred: bool = False) -> list:
+    """A batch wandering between 2 and 12 requests (every log2 bucket edge from 2 to 8 crossed,
+    moves by a request or by a quarter and more), prompts the drafter mostly does not know,
+    with a stretch it knows in the middle (probes, drafting, back to no drafts), short requests:
+    the plans, step by step. ``deferred``: driven as the proposer drives it (``_idle_plan``):
+    in the idle window ``idle_step`` alone, the step's ``on_step`` handed over at the window's end."""
+    rng = np.random.default_rng(seed)
+    r, ids, gen, k_prev, t = 6, [], 0, np.zeros(0, dtype=np.int64), 0.0
+    held, plans = [], []
+    for step in range(steps):
+        r = int(np.clip(r + rng.choice([-3, -1, 0, 0, 0, 0, 1, 3]), 2, 12))
+        while len(ids) < r:
+            gen += 1
+            ids.append(f"w{gen}")
+        drop = rng.random(len(ids)) < 0.05  # requests that end, and new ones in their place
+        ids = [f"w{(gen := gen + 1)}" if d else x for x, d in zip(ids, drop)][:r]
+        k_prev = np.resize(k_prev, len(ids)) if len(k_prev) else np.zeros(len(ids), dtype=np.int64)
+        n = r + int(k_prev.sum())
+        step_start = t
+        t += 0.004 + 2e-4 * r + 1e-4 * (n - r) + 0.0012 * (n > r)
+        p_acc = 0.9 if steps // 3 <= step < steps // 2 else 0.2
+        a = np.minimum(rng.geometric(1 - p_acc, len(ids)) - 1, k_prev)
+        clocks = (t, n, r, step_start, 0.0)
+        if deferred and policy.idle_left > 0 and not k_prev.any() and policy.idle_step(r, r):
+            held.append(clocks)
+            k, q = np.zeros(r, dtype=np.int64), 0
+        else:
+            for c in held:
+                policy.on_step(*c)
+            held = []
+            policy.on_step(*clocks)
+            d = k_prev > 0
+            policy.acceptance.observe([ids[i] for i in np.flatnonzero(d)], k_prev[d], a[d])
+            k, q = policy.plan(ids, np.ones(r, dtype=bool))
+            if q:
+                b = int(np.count_nonzero(k)) * (q + 1)
+                policy.on_draft_time(0.0023 + 5e-5 * b, b)
+                t += 0.0023 + 5e-5 * b
+        plans.append((q, k.tolist()))
+        k_prev = k
+    for c in held:  # the last window's clocks
+        policy.on_step(*c)
+    return plans
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_idle_window_plans_every_step_as_the_policy_would_without_it(seed):
+    """The idle window (``AdaptivePolicy._idle_window``, ``idle_step``) is host work saved, not a
+    change of policy: a batch wandering across log2 buckets and by a quarter and more, over a
+    change of workload, planned the same on every step with windows, without them, and driven
+    as the proposer drives them (the window's clocks handed over at its end). And the window
+    covers most steps without drafts."""
+    steps = 1500
+    plain = AdaptivePolicy(15)
+    plain._idle_window = lambda *a: 0
+    without = _wandering_batch(plain, seed, steps)
+    windowed = AdaptivePolicy(15)
+    idle = []
+    step_fn = windowed.idle_step
+    windowed.idle_step = lambda *a: (lambda ok: (idle.append(ok), ok)[1])(step_fn(*a))
+    assert _wandering_batch(windowed, seed, steps) == without
+    deferred = AdaptivePolicy(15)
+    assert _wandering_batch(deferred, seed, steps, deferred=True) == without
+    assert deferred.step == plain.step and deferred.cost.plain.n == plain.cost.plain.n
+    undrafted = sum(q == 0 for q, _ in without)
+    print(f"seed {seed}: {sum(idle)} idle steps of {undrafted} without drafts ({steps} steps, "
+          f"{sum(q > 0 for q, _ in without)} drafted)")
+    assert sum(q > 0 for q, _ in without) >= 10 and sum(idle) >= 0.5 * undrafted
+
+
 def test_a_batch_moving_by_a_request_keeps_the_prices_and_a_jump_replans():
     """A batch of 8 where one request is in prefill every other step (7 or 8 decoding) plans with
     the optimum's prices, recomputed every ``replan_every`` steps; a batch twice as large is
@@ -1073,7 +1143,8 @@ def test_every_second_of_a_step_is_in_one_clock_of_the_policy_but_the_deferred_c
     drafting call, the previous step's plan and K = 0 copy; each drafting call's T_d) adds up to
     the wall time less the write of the context K = 0 steps deferred, the one cost left to the
     probes' measurement. A drafted step's T_d holds the write of the context it verified (until
-    session 17 that write was in no clock: 7 % of a drafted step at batch 1 on the demo pair)."""
+    session 17 that write was in no clock: 7 % of a drafted step at batch 1 on the demo pair).
+    Step 3 is planned in the policy's idle window: its clocks reach the policy with step 4's."""
     import torch
 
     from dflash_vllm.proposers import dflash as prop
@@ -1084,14 +1155,24 @@ def test_every_second_of_a_step_is_in_one_clock_of_the_policy_but_the_deferred_c
         clock[0] += s
 
     monkeypatch.setattr(prop, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
-    EXEC, PLAN, COPY, PREP, FWD, SCHED, W0, W1 = 5.0, 0.2, 0.05, 1.0, 3.0, 0.5, 0.4, 0.01
+    EXEC, PLAN, COPY, PREP, FWD, SCHED, W0, W1, IDLE = 5.0, 0.2, 0.05, 1.0, 3.0, 0.5, 0.4, 0.01, 0.03
     ids = ["a", "b", "c"]
     plans = [0, 0, 0, 15, 15, 0, 15]  # q per step
     told = {"steps": [], "drafts": []}
 
+    idle = []
+
     class Policy:
+        idle_left = 0
+
         def on_step(self, now, num_tokens, num_reqs, step_start, gap, overhead=0.0):
             told["steps"].append((now - step_start) + (gap or 0.0) + overhead)
+
+        def idle_step(self, num_reqs, num_decode):
+            tick(IDLE)
+            idle.append((num_reqs, num_decode, len(told["steps"])))
+            self.idle_left -= 1
+            return True
 
         def on_draft_time(self, seconds, block_tokens):
             told["drafts"].append(seconds)
@@ -1099,6 +1180,7 @@ def test_every_second_of_a_step_is_in_one_clock_of_the_policy_but_the_deferred_c
         def plan(self, req_ids, draftable, can_shorten=True, seeded=None):
             tick(PLAN)
             q = plans[min(len(told["steps"]), len(plans)) - 1]
+            self.idle_left = int(len(told["steps"]) == 2)  # step 3: in the window
             return np.full(len(req_ids), q), q
 
     writes = []
@@ -1117,7 +1199,7 @@ def test_every_second_of_a_step_is_in_one_clock_of_the_policy_but_the_deferred_c
         _ctx_queue=prop.ContextQueue(), policy=Policy(), model=types.SimpleNamespace(write_context_kv=write_kv),
         device=torch.device("cpu"), submitted_hist=np.zeros(16, dtype=np.int64), _record_lengths=False,
         _same_on_all_ranks=True, _skipped_step=False, _pending_k=None, _planned_q=None, _step_start=None,
-        _call_end=None, _plan_start=None, _overhead=0.0, _flush_s=0.0, _draft_timing=None,
+        _call_end=None, _plan_start=None, _overhead=0.0, _flush_s=0.0, _draft_timing=None, _idle_clocks=[],
         num_drafter_forwards=0, num_skipped_forwards=0)
     add = self._ctx_queue.add
     self._ctx_queue.add = lambda *a: (tick(COPY), add(*a))
@@ -1149,6 +1231,8 @@ def test_every_second_of_a_step_is_in_one_clock_of_the_policy_but_the_deferred_c
     self._plan(3, 3, 15, types.SimpleNamespace(generators={}))
     deferred = (W0 + W1 * (9 + 3 + 3)) + (W0 + W1 * 3)  # the queue, flushed by steps 4 and 7
     assert writes == [9 + 3 + 3, 3, 12, 3, 6], writes
+    assert idle == [(3, 3, 2)] and len(told["steps"]) == len(plans) + 1, (idle, told["steps"])
+    assert told["steps"][3] == pytest.approx(SCHED + EXEC + IDLE + COPY), told["steps"]  # step 3's host work in step 4's
     # The plan and the K = 0 copy of step 1 are in step 2's T_v; step 4's own write is in its T_d.
     assert told["steps"][1] == pytest.approx(SCHED + EXEC + PLAN + COPY), told["steps"]
     assert told["drafts"][:2] == [pytest.approx(PREP + W0 + W1 * 3 + FWD), pytest.approx(PREP + W0 + W1 * 12 + FWD)]
