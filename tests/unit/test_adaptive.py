@@ -631,22 +631,22 @@ def test_while_drafting_does_not_pay_the_optimum_is_recomputed_on_few_steps(r):
 
 
 def _wandering_batch(policy, seed: int, steps: int, deferred: bool = False) -> list:
-    """A batch wandering between 2 and 12 requests (every log2 bucket edge from 2 to 8 crossed,
-    moves by a request or by a quarter and more), prompts the drafter mostly does not know,
+    """A batch wandering between 1 and 32 requests (every log2 bucket edge crossed, moves by a
+    request, by a quarter and more, and now and then by 20: the level rule), prompts the drafter mostly does not know,
     with a stretch it knows in the middle (probes, drafting, back to no drafts), short requests:
     the plans, step by step. ``deferred``: driven as the proposer drives it (``_idle_plan``):
     in the idle window ``idle_step`` alone, the step's ``on_step`` handed over at the window's end."""
     rng = np.random.default_rng(seed)
-    r, ids, gen, k_prev, t = 6, [], 0, np.zeros(0, dtype=np.int64), 0.0
+    r, ids, gen, planned, t = 6, [], 0, {}, 0.0
     held, plans = [], []
     for step in range(steps):
-        r = int(np.clip(r + rng.choice([-3, -1, 0, 0, 0, 0, 1, 3]), 2, 12))
+        r = int(np.clip(r + rng.choice([-3, -1, 0, 0, 0, 0, 1, 3]) + (rng.random() < 0.01) * rng.choice([-20, 20]), 1, 32))
         while len(ids) < r:
             gen += 1
             ids.append(f"w{gen}")
         drop = rng.random(len(ids)) < 0.05  # requests that end, and new ones in their place
         ids = [f"w{(gen := gen + 1)}" if d else x for x, d in zip(ids, drop)][:r]
-        k_prev = np.resize(k_prev, len(ids)) if len(k_prev) else np.zeros(len(ids), dtype=np.int64)
+        k_prev = np.array([planned.get(i, 0) for i in ids], dtype=np.int64)  # drafts of those still here
         n = r + int(k_prev.sum())
         step_start = t
         t += 0.004 + 2e-4 * r + 1e-4 * (n - r) + 0.0012 * (n > r)
@@ -669,7 +669,7 @@ def _wandering_batch(policy, seed: int, steps: int, deferred: bool = False) -> l
                 policy.on_draft_time(0.0023 + 5e-5 * b, b)
                 t += 0.0023 + 5e-5 * b
         plans.append((q, k.tolist()))
-        k_prev = k
+        planned = dict(zip(ids, k.tolist()))
     for c in held:  # the last window's clocks
         policy.on_step(*c)
     return plans
