@@ -180,10 +180,15 @@ def test_rope_scaling_is_recorded_and_used(tmp_path, target):
     assert hf.rope_parameters == {**YARN, "rope_theta": 10000.0}
     # ... and the training-side drafter rotates exactly as HF's rotary embedding does
     positions = torch.arange(300)[None]
-    hf_cos, hf_sin = Qwen3RotaryEmbedding(hf)(torch.zeros(1, dtype=torch.float32), positions)
-    cos, sin = rope_cos_sin(positions, cfg.head_dim, cfg.rope_theta, torch.float32, scaled_rope(read))
-    torch.testing.assert_close(cos, hf_cos)
-    torch.testing.assert_close(sin, hf_sin)
+    hf_rope, ours = Qwen3RotaryEmbedding(hf), scaled_rope(read)
+    assert torch.equal(ours[0], hf_rope.inv_freq) and ours[1] == hf_rope.attention_scaling  # the tables' inputs, exactly
+    hf_cos, hf_sin = hf_rope(torch.zeros(1, dtype=torch.float32), positions)
+    cos, sin = rope_cos_sin(positions, cfg.head_dim, cfg.rope_theta, torch.float32, ours)
+    # The same formula on the same inputs; fp32 cos/sin of arguments up to ~300 rad once read
+    # 1.7e-4 apart between the two calls (one machine, depending on which tests ran before), so
+    # the tables are compared within 1e-3 (a wrong scaling moves them by far more: up to 2, see plain_cos below).
+    torch.testing.assert_close(cos, hf_cos, rtol=0, atol=1e-3)
+    torch.testing.assert_close(sin, hf_sin, rtol=0, atol=1e-3)
     plain_cos, _ = rope_cos_sin(positions, cfg.head_dim, cfg.rope_theta, torch.float32)
     assert not torch.allclose(cos, plain_cos)  # the scaling is really applied
 
