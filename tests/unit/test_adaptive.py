@@ -1464,15 +1464,18 @@ def test_with_prefix_caching_at_the_limit_only_generated_rows_are_shed_and_their
     assert q.rows == 5 + 3 and q.shed_rows == 5 + 4 + 4  # a's and b's generated rows; d's never queued
 
 
+@pytest.mark.parametrize("closing", [False, True], ids=["open", "closing"])
 @pytest.mark.parametrize("held", [False, True], ids=["dense", "held"])
-def test_with_prefix_caching_no_request_drafted_for_reads_context_the_queue_shed(monkeypatch, held):
+def test_with_prefix_caching_no_request_drafted_for_reads_context_the_queue_shed(monkeypatch, held, closing):
     """Random traffic through a small prefix cache (block size 4): requests share system prompts,
     half the new ones are the next turn of a finished chat (their prompt is its prompt and reply
     and more), blocks are hit, freed, evicted and allocated anew, requests are preempted and
     resume, most steps are K = 0 steps and a small queue limit sheds. At every drafting step,
     every request the queue has not marked incomplete reads, at every position of its context,
     what writing every row at once would have left there (the context of its own tokens); no
-    request that hit only shared prompt blocks is ever marked incomplete; rows are shed."""
+    request that hit only shared prompt blocks is ever marked incomplete; rows are shed.
+    ``closing``: on half the steps most new requests are closed at the door (``close_door``, as
+    while drafting does not pay), and requests drafted for read blocks that closed ones computed."""
     import random
 
     import torch
@@ -1481,7 +1484,7 @@ def test_with_prefix_caching_no_request_drafted_for_reads_context_the_queue_shed
 
     monkeypatch.setattr(prop, "_MAX_DEFERRED", 64)
     bs, ns = 4, types.SimpleNamespace
-    totals = {"checked": 0, "hit_unwritten": 0, "shed": 0, "hits": 0}
+    totals = {"checked": 0, "hit_unwritten": 0, "shed": 0, "hits": 0, "closed": 0, "read_closed": 0}
     for seed in range(10):  # seed 8: a request preempted and resumed twice, shed in between
         rng = random.Random(seed)
         lazy = {}
@@ -1494,6 +1497,7 @@ def test_with_prefix_caching_no_request_drafted_for_reads_context_the_queue_shed
         free, cache, key_of, refs = list(range(120)), {}, {}, {}
         systems = [[rng.randrange(1000) for _ in range(rng.randint(5, 13))] for _ in range(3)]
         reqs, paused, chats, n = {}, [], [], 0
+        maker, closed = {}, set()  # block id -> the request that computed it; requests closed at the door
 
         def value(toks, p):  # a row's context: a function of the tokens up to it
             return hash(tuple(toks[: p + 1])) % (1 << 22)
@@ -1528,6 +1532,7 @@ def test_with_prefix_caching_no_request_drafted_for_reads_context_the_queue_shed
                         free.append(b)
                 return None
             blocks += [alloc() for _ in range(need)]
+            maker.update((b, r) for b in blocks[hit:])
             reqs[r] = {"toks": toks, "blocks": blocks, "prompt": prompt_len, "from": hit * bs}
             totals["hits"] += hit > 0
             return blocks, hit * bs
@@ -1578,6 +1583,7 @@ def test_with_prefix_caching_no_request_drafted_for_reads_context_the_queue_shed
                             st["toks"].pop()
                             continue
                         nb = [alloc()]
+                        maker[nb[0]] = r
                         st["blocks"] += nb
                     cached_ids.append(r)
                     cached_blocks.append((nb,) if nb else None)
@@ -1590,6 +1596,10 @@ def test_with_prefix_caching_no_request_drafted_for_reads_context_the_queue_shed
                                new_block_ids=[(g[0],) for _, g in resumed] + cached_blocks,
                                num_computed_tokens=[g[1] for _, g in resumed] + [0] * len(cached_ids)), 0)
             assert not (from_system & q.incomplete), "a request that hit only shared prompt blocks"
+            if closing and new and rng.random() < 0.5:  # as DFlashProposer._close_door, after the schedule
+                shut = [x.req_id for x in new if rng.random() < 0.7]
+                totals["closed"] += q.close_door(shut)
+                closed.update(shut)
             drafted = rng.random() < 0.08
             slots = torch.tensor([s for s, _ in rows], dtype=torch.long)
             vals = torch.tensor([v for _, v in rows], dtype=torch.float64)
@@ -1611,10 +1621,12 @@ def test_with_prefix_caching_no_request_drafted_for_reads_context_the_queue_shed
                     wrong = [p for p in range(len(toks)) if lazy.get(blocks[p // bs] * bs + p % bs) != value(toks, p)]
                     assert not wrong, f"seed {seed} step {step}: {r} reads wrong context at {wrong[:8]} of {len(toks)}"
                     totals["checked"] += len(toks)
+                    totals["read_closed"] += sum(maker.get(blocks[p // bs]) in closed for p in range(len(toks)))
         totals["hit_unwritten"] += q.hit_unwritten
         totals["shed"] += q.shed_rows
     assert totals["checked"] > 2000 and totals["hits"] > 50, totals
     assert totals["hit_unwritten"] > 0 and totals["shed"] > 0, totals
+    assert (totals["closed"] > 200 and totals["read_closed"] > 1000) if closing else not totals["closed"], totals
 
 
 def test_a_queue_of_held_and_concatenated_steps_takes_every_row_side_by_side():
