@@ -1,6 +1,8 @@
 """Scratch (session 32): vLLM's CPU paged attention kernel (as the drafter calls it: 16 queries,
 4 heads / 2 KV heads, head 64, block 128) against reading the same kernel-layout cache densely
-(gather the request's blocks, SDPA without a mask), at one context length and batch.
+(gather the request's blocks, SDPA without a mask), at one context length and batch; and, for the
+bound, the two GEMMs and softmax over K/V already contiguous, one copy of K out of the pages, and
+the machine's fp32 GEMM rate (2048^3).
 Usage: python dense_long.py CTX BATCH [THREADS]."""
 import sys, time, torch
 import torch.nn.functional as F
@@ -39,8 +41,12 @@ def dense():
     qq = Q.view(B, q, nh, D).transpose(1, 2)
     o = F.scaled_dot_product_attention(qq, k, v, scale=0.125, enable_gqa=True)
     return o.transpose(1, 2).reshape(B * q, nh, D)
-def dense_cat():  # the same, K and V gathered in one index (kv cache rows hold both halves? no: separate views)
-    return dense()
+kq, kk, kvv = torch.randn(B * nkv, 2 * q, D), torch.randn(B * nkv, L, D), torch.randn(B * nkv, L, D)
+def contiguous():  # GQA: the 2 query heads of a KV head as one 32-row block
+    return torch.bmm(torch.softmax(torch.bmm(kq, kk.transpose(1, 2)) * 0.125, -1), kvv)
+def copy_k():
+    return kc[idx]
+ga, gb = torch.randn(2048, 2048), torch.randn(2048, 2048)
 def timeit(f, reps=20):
     for _ in range(3): f()
     best = 1e9
@@ -51,4 +57,6 @@ def timeit(f, reps=20):
     return best * 1e3
 a = kernel().clone(); b = dense()
 print(f"isa {isa} plain layout {plain} ctx {ctx} B {B} threads {torch.get_num_threads()}: kernel {timeit(kernel):.3f} ms, "
-      f"dense {timeit(dense):.3f} ms, maxdiff {(a - b).abs().max().item():.2e}")
+      f"dense {timeit(dense):.3f} ms (maxdiff {(a - b).abs().max().item():.2e}: the kernel's layout is not plain, "
+      f"timing only), contiguous GEMMs+softmax {timeit(contiguous):.3f} ms, K copied out of the pages "
+      f"{timeit(copy_k):.3f} ms, GEMM {2 * 2048 ** 3 / timeit(lambda: ga @ gb, 5) / 1e6:.0f} GFLOP/s")
