@@ -20,7 +20,7 @@ The model (everything is learned online, on the host, from what vLLM already bri
   know look like a deep drafter: on the demo pair's chat prompts, rho ~1.8 on g(2..) ~0.5-0.8 left
   over from earlier prompts.)
 - cost: one engine step costs
-  ``T(k) = T_v(N0) + [D > 0] (delta + I(N0, D)) + [q > 0] T_d(R_d (q + 1))``, ``D = sum_i k_i``:
+  ``T(k) = T_v(N0) + [D > 0] (delta + I(N0, D)) + [q > 0] T_d(R_d (q + 1), R)``, ``D = sum_i k_i``:
   ``T_v(N0)`` a plain step (everything but the drafting call: target forward, scheduling,
   sampling, the plan; on a K = 0 step the deferred context copy) over ``N0`` tokens verified
   without drafts (one per decoding request plus the prefill running alongside: a running mean
@@ -34,7 +34,9 @@ The model (everything is learned online, on the host, from what vLLM already bri
   besides its token: one slope for both priced 15 drafts at batch 1 as 15 more requests);
   ``T_d`` the drafter forward over ``R_d (q + 1)`` block tokens, R_d the requests that submit
   drafts (the forward runs for those only; the whole batch under tensor parallelism) and
-  ``q = max_i k_i``, with the context K/V write of the tokens the step verified (on CPU: the
+  ``q = max_i k_i``, linear in those and in the step's R requests (what a call does per request
+  of the batch whether it drafts or not: at batch 64 with 4 requests drafting, ~3x a call at
+  batch 1 for the same block), with the context K/V write of the tokens the step verified (on CPU: the
   whole drafting call, vLLM's drafter input preparation included, which only drafted steps
   pay; the context K = 0 steps deferred is the price of drafting again, measured on probes
   instead). All are ridge regressions with exponential forgetting, fitted to the engine's own
@@ -45,7 +47,8 @@ The model (everything is learned online, on the host, from what vLLM already bri
   drafting pays every step while K = 0 steps defer it (and, with prefix caching off, never
   write the rows of requests that end first).
 - policy: maximise expected goodput ``G(k) = sum_i E_i(k_i) / T(k)``, with
-  ``E_i(k) = 1 + sum_{j <= k} s_i(j)`` expected tokens emitted. For a cap q on k_i the optimum
+  ``E_i(k) = 1 + sum_{j <= k} s_i(j)`` expected tokens emitted (the sum over every decoding
+  request: those that cannot draft, closed at the door, emit their one token). For a cap q on k_i the optimum
   submits draft j of request i iff ``s_i(j) >= G* dI/dD`` (s_i is decreasing in j, so that is
   a prefix): a few Dinkelbach iterations on the ratio find G*, for every cap in a small set at
   once; ``q = 0`` (no drafter forward at all, the step costs a plain decode step plus the
@@ -446,6 +449,14 @@ class CostModel:
 
     KNOTS = (64.0, 256.0, 1024.0)
     SCALE = 256.0
+    # The drafting call's batch feature: requests less those of the first timing (whose cost is
+    # the intercept's prior: with the batch never moving, the feature stays 0 and the fit is the
+    # line in block tokens alone; uncentred, a first timing of a 1,024-token block at batch 64
+    # held the intercept high while the batch's slope went negative, clamped, and a batch-64
+    # block was priced at 5x its cost), per 16 requests (so that ~0.15 ms per request, batch 64
+    # against batch 1 in the engine, is a coefficient the ridge barely holds back: per 256
+    # requests, one timing at a new batch moved it a third of the way).
+    BATCH_SCALE = 16.0
     PLAIN_MIN = 3
     LOCAL_WITHIN = 256  # steps a plain step measured near a batch stays in use (_local, plain_known_near)
 
@@ -463,12 +474,13 @@ class CostModel:
         # drafter knows, the fit priced a plain step at 4.0-4.9 ms where it cost 3.1, and the
         # policy went on drafting for ~170 steps on prompts it did not know (chat, batch 1).
         self.plain = _Ridge(2 + len(self.KNOTS), decay, (ridge, ridge, *[2.0] * len(self.KNOTS)))
-        self.draft = _Ridge(2, decay, ridge)
+        self.draft = _Ridge(3, decay, ridge)  # (1, block tokens, requests in the step): see t_draft
+        self._draft_r0: float | None = None  # the batch of the first drafting call timed (t_draft)
         self._memo: tuple = (None, None, {})  # the plain line as a list, and its values, per solve (see t_verify)
         self._steps = 0
         # log2 bucket of N -> (EMA of N, EMA of seconds, step of the latest plain step, of the one before)
         self._near: dict[int, tuple[float, float, int, int]] = {}
-        self._draft_near: dict[int, int] = {}  # log2 bucket of block tokens -> step of the latest T_d sample
+        self._draft_near: dict[tuple[int, int], int] = {}  # log2 buckets (block tokens, batch) -> step of the latest T_d sample
 
     def _local(self, n: float, plain: list) -> float:
         """The plain-step line's (coefficients ``plain``) error at the recent plain steps near n
@@ -524,23 +536,28 @@ class CostModel:
                 n, y = 0.5 * old[0] + 0.5 * n, 0.5 * old[1] + 0.5 * min(y, 2.0 * old[1])
             self._near[b] = (n, y, self._steps, old[2] if old is not None else -(1 << 30))
 
-    def observe_draft(self, seconds: float, block_tokens: int) -> None:
-        self.draft.observe((1.0, block_tokens / self.SCALE), seconds)
-        self._draft_near[self._bucket(block_tokens)] = self._steps
+    def observe_draft(self, seconds: float, block_tokens: int, num_reqs: int) -> None:
+        """A drafting call over ``block_tokens`` block tokens in a step of ``num_reqs`` requests."""
+        if self._draft_r0 is None:
+            self._draft_r0 = float(num_reqs)
+        self.draft.observe((1.0, block_tokens / self.SCALE, (num_reqs - self._draft_r0) / self.BATCH_SCALE), seconds)
+        self._draft_near[(self._bucket(block_tokens), self._bucket(num_reqs))] = self._steps
 
-    def draft_known_near(self, block_tokens: float) -> bool:
-        """Whether a drafter forward over about ``block_tokens`` (within 4x) was timed in the last
-        ``LOCAL_WITHIN`` steps. Elsewhere T_d is the line's extrapolation: fitted to blocks of
-        512-832 tokens (batch 64), it priced batch 1's 16-token block at 8.4 ms against 1.8
-        measured (session 30, scratch ``probedue.py``: free c = 64, then tasks c = 1)."""
-        b, now = self._bucket(block_tokens), self._steps
-        return any(now - self._draft_near.get(x, -(1 << 30)) <= self.LOCAL_WITHIN for x in range(b - 2, b + 3))
+    def draft_known_near(self, block_tokens: float, num_reqs: float) -> bool:
+        """Whether a drafting call over about ``block_tokens`` (within 4x) in a batch of about
+        ``num_reqs`` (within 4x) was timed in the last ``LOCAL_WITHIN`` steps. Elsewhere T_d is
+        the fit's extrapolation: fitted to blocks of 512-832 tokens (batch 64), it priced batch
+        1's 16-token block at 8.4 ms against 1.8 measured (session 30, scratch ``probedue.py``:
+        free c = 64, then tasks c = 1); and a 64-token block timed at batch 64 (4 requests
+        drafting, the rest closed at the door) says little about one at batch 1."""
+        return self.draft_known_for(block_tokens, num_reqs) is not None
 
-    def draft_known_for(self, block_tokens: float) -> int | None:
-        """For how many more steps ``draft_known_near(block_tokens)`` stays true without a new
-        timing (counted in observed steps), or None if it is false now."""
-        b = self._bucket(block_tokens)
-        last = max((self._draft_near.get(x, -(1 << 30)) for x in range(b - 2, b + 3)))
+    def draft_known_for(self, block_tokens: float, num_reqs: float) -> int | None:
+        """For how many more steps ``draft_known_near(block_tokens, num_reqs)`` stays true
+        without a new timing (counted in observed steps), or None if it is false now."""
+        b, r = self._bucket(block_tokens), self._bucket(num_reqs)
+        last = max((t for (x, y), t in self._draft_near.items() if abs(x - b) <= 2 and abs(y - r) <= 2),
+                   default=-(1 << 30))
         left = last + self.LOCAL_WITHIN - self._steps
         return left if left >= 0 else None
 
@@ -622,9 +639,13 @@ class CostModel:
         th, c = self.verify.theta(), len(self.KNOTS)
         return max(0.0, (th[2 + c] + sum(h for h, kn in zip(th[2:2 + c], self.KNOTS) if n > kn)) / self.SCALE)
 
-    def t_draft(self, block_tokens) -> np.ndarray:
-        th = self.draft.theta()
-        return np.maximum(th[0] + max(th[1], 0.0) * np.asarray(block_tokens, dtype=np.float64) / self.SCALE, 0.0)
+    def t_draft(self, block_tokens, num_reqs: float) -> np.ndarray:
+        """The drafting call over ``block_tokens`` block tokens (a float or an array) in a step
+        of ``num_reqs`` requests."""
+        th, r0 = self.draft.theta(), self._draft_r0
+        per_req = max(th[2], 0.0) * (num_reqs - r0) / self.BATCH_SCALE if r0 is not None else 0.0
+        return np.maximum(th[0] + max(th[1], 0.0) * np.asarray(block_tokens, dtype=np.float64) / self.SCALE
+                          + per_req, 0.0)
 
     @property
     def ready(self) -> bool:
@@ -718,6 +739,7 @@ class AdaptivePolicy:
         # An idle window (``_idle_window``): plain steps to come that stay plain whatever their
         # clocks say, while the batch stays near the optimum's (see ``idle_step``).
         self.idle_left = 0
+        self._num_emitting: int | None = None  # this plan's decoding rows, drafting or not (plan)
 
     # called once per step, at the start of the drafting call
     def on_step(self, now: float, num_tokens: int, num_reqs: int, step_start: float | None,
@@ -824,18 +846,21 @@ class AdaptivePolicy:
         old = self.probe_loss.get(b)
         self.probe_loss[b] = loss if old is None or loss < old else 0.5 * old + 0.5 * loss
 
-    def on_draft_time(self, seconds: float, block_tokens: int) -> None:
-        self.cost.observe_draft(seconds, block_tokens)
+    def on_draft_time(self, seconds: float, block_tokens: int, num_reqs: int) -> None:
+        self.cost.observe_draft(seconds, block_tokens, num_reqs)
 
     def plan(self, req_ids: list[str], is_decode: np.ndarray, can_shorten: bool = True,
-             seeded: np.ndarray | None = None) -> tuple[np.ndarray, int]:
+             seeded: np.ndarray | None = None, num_decode: int | None = None) -> tuple[np.ndarray, int]:
         """(k [num_reqs] submitted drafts per row, q drafter block drafts; 0 = skip the forward).
 
+        ``is_decode``: the rows that may draft; ``num_decode``: the decoding rows, drafting or
+        not (each emits a token per step either way; default: the rows of ``is_decode``).
         Rows in ``seeded`` (requests with their own sampling seed) always submit K from a
         K-draft block: a seed reproduces its output only if the drafts and their number are the
         same run to run, and the adaptive choice depends on timing and on the rest of the batch."""
         num_reqs = len(req_ids)
         k = np.zeros(num_reqs, dtype=np.int64)
+        self._num_emitting = num_decode
         if self.fixed is not None:
             kf = self.fixed[(self.step - 1) % len(self.fixed)]
             k[is_decode] = kf
@@ -906,11 +931,13 @@ class AdaptivePolicy:
         if self._probe_meas is not None or self._last_submitted or c.opt is None:
             return 0
         a = c.batch[0]  # the batches near it: at most two log2 buckets, those of the ends
-        spacing = min(self._probe_spacing(c.opt, n) for n in (max(1, -(-4 * a // 5)), 5 * a // 4))
+        ends = (max(1, -(-4 * a // 5)), 5 * a // 4)
+        spacing = min(self._probe_spacing(c.opt, n) for n in ends)
         window = min(spacing - self.steps_since_draft - 2, self.IDLE_REPLAN - (self.step - c.step) - 1)
-        known = self.cost.draft_known_for(c.opt.probe_block)
-        if known is not None:
-            window = min(window, known - 1)
+        for n in ends:
+            known = self.cost.draft_known_for(c.opt.probe_block, n)
+            if known is not None:
+                window = min(window, known - 1)
         return max(0, window)
 
     def _choose(self, dec_ids: list[str], num_reqs: int) -> tuple[np.ndarray, int]:
@@ -1048,7 +1075,7 @@ class AdaptivePolicy:
         # extrapolated T_d (blocks timed at batch 64 only) spaced probes at batch 1 ~150 steps
         # apart, and the policy stayed off for 200-530 steps of tasks c = 1 after free c = 64
         # (session 30). A probe there is what measures it.
-        loss = opt.probe_loss if opt is not None and self.cost.draft_known_near(opt.probe_block) else 0.0
+        loss = opt.probe_loss if opt is not None and self.cost.draft_known_near(opt.probe_block, num_reqs) else 0.0
         b, measured = CostModel._bucket(num_reqs), self.probe_loss
         m = measured.get(b)
         if m is None:  # a batch at the edge of a bucket (7 after 8): its neighbours' measurements
@@ -1070,15 +1097,22 @@ class AdaptivePolicy:
         cm = self.cost
         if not cm.ready:
             return None
+        # The decoding requests that cannot draft (closed at the door: the proposer's
+        # _close_door) emit their token per step whatever the plan: in the goodput, not in the
+        # choice. Left out, 4 sentinels of a batch of 64 were priced as if their accepted drafts
+        # were a batch's worth of tokens: drafting for them looked worth a drafter call and a
+        # speculative step (simulation with the door, session 33: chat at batch 64 drafted on
+        # 22 of 50 steps).
+        e0 = float(max(self._num_emitting or 0, r))
         s = self.acceptance.survival(dec_ids)  # [r, K]
         cs = np.concatenate([np.zeros((r, 1)), np.cumsum(s, axis=1)], axis=1)  # cs[i, k] = sum_{j<=k} s_i(j)
         caps = self.caps
         n0 = num_reqs + self.prefill_tokens
         t0 = float(cm.t_verify(n0))
-        g0 = r / max(t0, 1e-9)
+        g0 = e0 / max(t0, 1e-9)
         # The drafter forward over the requests that draft (or the whole batch), one block each.
         subset = self.forward_drafting_rows_only
-        t_draft_all = cm.t_draft((r if subset else num_reqs) * (caps + 1))  # [C]: every decoding request drafts
+        t_draft_all = cm.t_draft((r if subset else num_reqs) * (caps + 1), num_reqs)  # [C]: every decoding request drafts
         # A step that verifies drafts is priced as the plain step it extends (t0, with the plain
         # line's local error) plus delta plus what its drafts add (CostModel): never below t0 +
         # delta. (Until session 19 the drafted plan was priced from the lines at N0 + sum k,
@@ -1092,10 +1126,10 @@ class AdaptivePolicy:
             thr = lam * cm.slope_verify(n_est)
             k_free = (s >= thr).sum(axis=1)  # s_i decreasing in j: the accepted set is a prefix
             kc = np.minimum(k_free[None, :], caps[:, None])  # [C, r]
-            gain = r + cs[rows, kc].sum(axis=1)
+            gain = e0 + cs[rows, kc].sum(axis=1)
             d_tot = kc.sum(axis=1)
             t_v = cm.t_verify(n0, d_tot)
-            t_draft = cm.t_draft(np.count_nonzero(kc, axis=1) * (caps + 1)) if subset else t_draft_all
+            t_draft = cm.t_draft(np.count_nonzero(kc, axis=1) * (caps + 1), num_reqs) if subset else t_draft_all
             g = gain / np.maximum(t_v + t_draft, 1e-9)
             c = int(np.argmax(g))
             if g[c] > best_g:
@@ -1110,6 +1144,6 @@ class AdaptivePolicy:
         q_probe = int(caps[np.flatnonzero(t_caps <= t_caps[0] + 0.25 * t0)[-1]])
         i_probe = int(np.searchsorted(caps, q_probe))
         # What a probe loses against a plain step, in plain steps (its accepted drafts count).
-        loss = float(t_caps[i_probe]) / max(t0, 1e-9) - (r + float(cs[:, q_probe].sum())) / r
+        loss = float(t_caps[i_probe]) / max(t0, 1e-9) - (e0 + float(cs[:, q_probe].sum())) / e0
         return _Optimum(best_k, best_g, g0, q_probe, loss, best_thr, int(caps[best_c]),
                         float((r if subset else num_reqs) * (q_probe + 1)))

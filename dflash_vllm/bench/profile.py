@@ -271,7 +271,7 @@ class PolicyTrace:
                 surv = policy.acceptance.survival(dec[:1])[0, :4].round(2).tolist() if dec else []
                 state = (round(opt[1] / max(opt[2], 1e-12), 2), round(1e3 * float(cm.t_verify(len(dec) or 1)), 2),
                          round(1e3 * float(cm.t_verify(len(dec) or 1, (len(dec) or 1) * 15)), 2),
-                         round(1e3 * float(cm.t_draft(16)), 2), surv, cm.plain.n)
+                         round(1e3 * float(cm.t_draft(16, 1)), 2), surv, cm.plain.n)
         self.rows.append((int(q), state))
 
     def summary(self, start: int = 0, end: int | None = None) -> list[str]:

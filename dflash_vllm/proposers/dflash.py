@@ -740,7 +740,7 @@ class DFlashProposer(SpecDecodeBaseProposer):
                 # starts and restarts where it ends). The context this step verified is written
                 # inside it (a drafted step's own cost: 7 % of a step at batch 1 on the demo pair,
                 # K = 15); the rows K = 0 steps deferred stay out (see _flush_queue).
-                self._draft_timing = ("cpu", t0 + self._flush_s, self._call_end, t[3])
+                self._draft_timing = ("cpu", t0 + self._flush_s, self._call_end, *t[3:])
 
     def _close_door(self, new_reqs) -> None:
         """While drafting does not pay (the policy's optimum: no drafts), keep drafter context
@@ -812,7 +812,8 @@ class DFlashProposer(SpecDecodeBaseProposer):
             queue.protected = {req_ids[i] for i in np.flatnonzero(seeded)}  # they draft K every step
         elif queue.protected:
             queue.protected = set()
-        k, q = self.policy.plan(req_ids, draftable, can_shorten=self._same_on_all_ranks, seeded=seeded)
+        k, q = self.policy.plan(req_ids, draftable, can_shorten=self._same_on_all_ranks, seeded=seeded,
+                                num_decode=int(np.count_nonzero(is_decode)))
         self._pending_k = k
         lengths = np.bincount(np.minimum(k[is_decode], k_max), minlength=k_max + 1)
         self.submitted_hist[: len(lengths)] += lengths
@@ -872,14 +873,14 @@ class DFlashProposer(SpecDecodeBaseProposer):
         t, self._draft_timing = self._draft_timing, None
         if t is None:
             return
-        kind, a, b, block_tokens = t
+        kind, a, b, block_tokens, num_reqs = t
         if kind == "cuda":
             if not b.query():  # never wait: drop the sample
                 return
             seconds = a.elapsed_time(b) / 1e3
         else:
             seconds = b - a
-        self.policy.on_draft_time(seconds, block_tokens)
+        self.policy.on_draft_time(seconds, block_tokens, num_reqs)
 
     def _skip_forward(self, features, positions, slot_mapping, num_tokens: int, owners=None) -> None:
         """The one K = 0 step (every request submits 0 drafts): no drafter forward; the context
@@ -1016,7 +1017,7 @@ class DFlashProposer(SpecDecodeBaseProposer):
             # [n * K, H]: the mask rows only (the last layer drops the anchors after attention)
             mask_hidden = self.model(input_ids.view(-1), positions.view(-1), block_len=q_len)
         draft_ids, draft_probs = self._sample_draft_tokens(mask_hidden, sampling_metadata, rows)
-        self._end_draft(t_start, n * q_len)
+        self._end_draft(t_start, n * q_len, num_reqs)
         draft_ids = draft_ids.view(n, k)
         if rows is not None:  # the other rows submit none of theirs (_submit cuts them to 0)
             draft_ids = draft_ids.new_zeros(num_reqs, k).index_copy_(0, idx, draft_ids)
@@ -1054,14 +1055,15 @@ class DFlashProposer(SpecDecodeBaseProposer):
         self.num_drafter_forwards += 1
         return t_start
 
-    def _end_draft(self, t_start, block_tokens: int) -> None:
-        """T_d's end (read at the next step's plan, _observe_draft_time)."""
+    def _end_draft(self, t_start, block_tokens: int, num_reqs: int) -> None:
+        """T_d's end (read at the next step's plan, _observe_draft_time), for a block of
+        ``block_tokens`` in a step of ``num_reqs`` requests."""
         if self.device.type == "cuda":  # read back at the next step, when it has long completed: no sync
             t_end = torch.cuda.Event(enable_timing=True)
             t_end.record()
-            self._draft_timing = ("cuda", t_start, t_end, block_tokens)
+            self._draft_timing = ("cuda", t_start, t_end, block_tokens, num_reqs)
         else:
-            self._draft_timing = ("cpu", t_start, time.perf_counter(), block_tokens)
+            self._draft_timing = ("cpu", t_start, time.perf_counter(), block_tokens, num_reqs)
 
     def _sample_draft_tokens(self, hidden_states: torch.Tensor, sampling_metadata, rows: np.ndarray | None = None):
         """Drafts and their law q: greedy rows take the argmax (q unused: vLLM compares argmaxes);

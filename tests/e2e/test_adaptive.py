@@ -277,8 +277,8 @@ from vllm.inputs import TokensPrompt
 demo, mode = sys.argv[1], sys.argv[2]
 envs.set(envs.FIXED_K, 7)
 plan = AdaptivePolicy.plan
-def every_other_row(self, req_ids, is_decode, can_shorten=True, seeded=None):
-    k, q = plan(self, req_ids, is_decode, can_shorten, seeded)
+def every_other_row(self, req_ids, is_decode, can_shorten=True, seeded=None, num_decode=None):
+    k, q = plan(self, req_ids, is_decode, can_shorten, seeded, num_decode)
     k[self.step % 2::2] = 0  # every other row of the batch submits no drafts (which, alternates)
     return k, (int(k.max()) if k.any() else 0)
 AdaptivePolicy.plan = every_other_row
