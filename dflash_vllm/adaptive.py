@@ -1101,8 +1101,8 @@ class AdaptivePolicy:
         # _close_door) emit their token per step whatever the plan: in the goodput, not in the
         # choice. Left out, 4 sentinels of a batch of 64 were priced as if their accepted drafts
         # were a batch's worth of tokens: drafting for them looked worth a drafter call and a
-        # speculative step (simulation with the door, session 33: chat at batch 64 drafted on
-        # 22 of 50 steps).
+        # speculative step (simulation with the door, session 33: the weak cells' second chat
+        # c = 64 cell drafted on 9 of 50 steps, 22 with the drafting call priced in its batch).
         e0 = float(max(self._num_emitting or 0, r))
         s = self.acceptance.survival(dec_ids)  # [r, K]
         cs = np.concatenate([np.zeros((r, 1)), np.cumsum(s, axis=1)], axis=1)  # cs[i, k] = sum_{j<=k} s_i(j)

@@ -1816,9 +1816,10 @@ def test_requests_closed_at_the_door_count_in_the_goodput():
     """At batch 64 on prompts the drafter does not know, most requests arrive closed at the door
     (the proposer's ``_close_door``) and 4 may draft. Each of the 60 others emits its token per
     step whatever the plan: left out of the goodput, the 4 rows' accepted drafts looked like a
-    batch's worth of tokens, and the policy drafted for them on ~40 % of the steps (session 33,
-    simulation with the door: chat at batch 64 after chat at batch 1 drafted on 22 of 50
-    steps). Counted, it drafts about as often as its probes do, and serves as no speculation does."""
+    batch's worth of tokens, and the policy drafted for them (session 33, simulation with the
+    door: the weak cells' second chat c = 64 cell drafted on 9 of 50 steps, 22 with the drafting
+    call priced in its batch). Counted, it drafts about as often as its probes do, and serves as
+    no speculation does."""
     tv, td = DEMO_COST[64]
     rates = []
     for seed in (0, 1, 2):
