@@ -739,7 +739,6 @@ class AdaptivePolicy:
         # An idle window (``_idle_window``): plain steps to come that stay plain whatever their
         # clocks say, while the batch stays near the optimum's (see ``idle_step``).
         self.idle_left = 0
-        self._num_emitting: int | None = None  # this plan's decoding rows, drafting or not (plan)
 
     # called once per step, at the start of the drafting call
     def on_step(self, now: float, num_tokens: int, num_reqs: int, step_start: float | None,
@@ -860,7 +859,6 @@ class AdaptivePolicy:
         same run to run, and the adaptive choice depends on timing and on the rest of the batch."""
         num_reqs = len(req_ids)
         k = np.zeros(num_reqs, dtype=np.int64)
-        self._num_emitting = num_decode
         if self.fixed is not None:
             kf = self.fixed[(self.step - 1) % len(self.fixed)]
             k[is_decode] = kf
@@ -874,7 +872,7 @@ class AdaptivePolicy:
             self._update_level(num_reqs)
             q = 0
             if len(rows):
-                k_dec, q = self._choose([req_ids[i] for i in rows], num_reqs)
+                k_dec, q = self._choose([req_ids[i] for i in rows], num_reqs, num_decode)
                 k[rows] = k_dec
             if seeded is not None and (seeded := seeded & is_decode).any():
                 k[seeded] = self.k_max
@@ -940,7 +938,7 @@ class AdaptivePolicy:
                 window = min(window, known - 1)
         return max(0, window)
 
-    def _choose(self, dec_ids: list[str], num_reqs: int) -> tuple[np.ndarray, int]:
+    def _choose(self, dec_ids: list[str], num_reqs: int, num_decode: int | None = None) -> tuple[np.ndarray, int]:
         """The optimum, then this step's exploration around it. While the optimum is "no
         drafts", it is recomputed only every ``IDLE_REPLAN`` steps, when the batch size moves by
         over a quarter (a new request in the same place changes only its skill rho, which a probe
@@ -980,7 +978,7 @@ class AdaptivePolicy:
                 self.idle_left = self._idle_window(c, num_reqs)
                 return np.zeros(len(dec_ids), dtype=np.int64), 0
         if stale:
-            opt = self._optimum(dec_ids, num_reqs)
+            opt = self._optimum(dec_ids, num_reqs, num_decode)
             drafts = opt is None or (opt.k is not None and opt.g > opt.g0 * (1.0 + self.margin) and opt.k.any())
             # Settled: the same prices twice running (the cap, and the threshold within a
             # quarter: it moves with the batch size, which may differ by as much), whichever
@@ -1091,8 +1089,9 @@ class AdaptivePolicy:
             spacing = self.probe_every
         return spacing
 
-    def _optimum(self, dec_ids: list[str], num_reqs: int):
-        """The optimum for this batch (``_Optimum``), or None before anything was measured."""
+    def _optimum(self, dec_ids: list[str], num_reqs: int, num_decode: int | None = None):
+        """The optimum for this batch (``_Optimum``), or None before anything was measured;
+        ``num_decode``: the decoding requests, those in ``dec_ids`` and those that cannot draft."""
         r = len(dec_ids)
         cm = self.cost
         if not cm.ready:
@@ -1103,7 +1102,7 @@ class AdaptivePolicy:
         # were a batch's worth of tokens: drafting for them looked worth a drafter call and a
         # speculative step (simulation with the door, session 33: the weak cells' second chat
         # c = 64 cell drafted on 9 of 50 steps, 22 with the drafting call priced in its batch).
-        e0 = float(max(self._num_emitting or 0, r))
+        e0 = float(max(num_decode or 0, r))
         s = self.acceptance.survival(dec_ids)  # [r, K]
         cs = np.concatenate([np.zeros((r, 1)), np.cumsum(s, axis=1)], axis=1)  # cs[i, k] = sum_{j<=k} s_i(j)
         caps = self.caps
