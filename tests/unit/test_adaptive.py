@@ -736,6 +736,31 @@ def test_the_idle_window_plans_every_step_as_the_policy_would_without_it(seed):
     assert sum(q > 0 for q, _ in without) >= 10 and sum(idle) >= 0.5 * undrafted
 
 
+def test_the_idle_window_ends_before_the_draft_timing_near_either_end_of_its_batches_ages_out():
+    """The window runs at any batch within a quarter of the optimum's (``idle_step``), and those
+    batches straddle a log2 bucket: at batch 16 they are 13-20, buckets 3 and 4. A drafter
+    timing known near batch 13 (bucket 1, two buckets away) but not near 16 (three away) ages
+    out inside a window sized from batch 16 alone; the window takes the shorter of its two end
+    batches' ages (session 33), so that a plan at batch 13 never reads a price the window kept
+    measured after it went stale."""
+    p = AdaptivePolicy(15)
+    rng = np.random.default_rng(0)
+    _closed_loop(p, 16, lambda g, k: np.minimum(rng.geometric(0.9, 16) - 1, k), lambda n, _r: 0.004 + 1e-4 * n,
+                 lambda d: 0.003 + 5e-5 * d, steps=400, warm=0)
+    ids = [f"w{i}" for i in range(16)]
+    p.plan(ids, np.ones(16, dtype=bool))
+    c, cm = p._optimum_cache, p.cost
+    assert p.dormant and c.batch[0] == 16 and p._probe_meas is None and not p._last_submitted
+    bb = CostModel._bucket(c.opt.probe_block)
+    recent = {(bb, CostModel._bucket(64)): cm._steps}  # near batch 16-20, not 13
+    cm._draft_near = dict(recent)
+    unbounded = p._idle_window(c, 16)
+    assert unbounded > 4, unbounded  # bounded by the probe spacing and IDLE_REPLAN only
+    cm._draft_near = {**recent, (bb, CostModel._bucket(2)): cm._steps - (cm.LOCAL_WITHIN - 5)}  # near 13 only
+    assert cm.draft_known_for(c.opt.probe_block, 13) == 5 and cm.draft_known_for(c.opt.probe_block, 16) > 5
+    assert p._idle_window(c, 16) == 4
+
+
 def test_a_batch_moving_by_a_request_keeps_the_prices_and_a_jump_replans():
     """A batch of 8 where one request is in prefill every other step (7 or 8 decoding) plans with
     the optimum's prices, recomputed every ``replan_every`` steps; a batch twice as large is
