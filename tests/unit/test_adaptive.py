@@ -741,8 +741,8 @@ def test_the_idle_window_ends_before_the_draft_timing_near_either_end_of_its_bat
     batches straddle a log2 bucket: at batch 16 they are 13-20, buckets 3 and 4. A drafter
     timing known near batch 13 (bucket 1, two buckets away) but not near 16 (three away) ages
     out inside a window sized from batch 16 alone; the window takes the shorter of its two end
-    batches' ages (session 33), so that a plan at batch 13 never reads a price the window kept
-    measured after it went stale."""
+    batches' ages (session 33), so that no step of the window at batch 13 is planned with a
+    drafter price that went stale during it."""
     p = AdaptivePolicy(15)
     rng = np.random.default_rng(0)
     _closed_loop(p, 16, lambda g, k: np.minimum(rng.geometric(0.9, 16) - 1, k), lambda n, _r: 0.004 + 1e-4 * n,
