@@ -995,8 +995,6 @@ class DFlashProposer(SpecDecodeBaseProposer):
         # [n, K+1]; near max_model_len the tail positions are clamped: those drafts
         # can never be accepted (the request ends first), they only need valid RoPE rows.
         positions = (ctx_lens[:, None] + self._block_offsets[:q_len]).clamp_max(self.max_model_len - 1)
-        input_ids = torch.full((n, q_len), self.mask_token_id, dtype=torch.int32, device=self.device)
-        input_ids[:, 0] = anchors
 
         query_start_loc = self.arange[: n + 1] * q_len
         block_cad = DraftBlockMetadata(
@@ -1015,7 +1013,7 @@ class DFlashProposer(SpecDecodeBaseProposer):
         _, per_layer_metadata = self.build_per_group_and_layer_attn_metadata(block_cad)
         with set_forward_context(per_layer_metadata, self.vllm_config, num_tokens=n * q_len):
             # [n * K, H]: the mask rows only (the last layer drops the anchors after attention)
-            mask_hidden = self.model(input_ids.view(-1), positions.view(-1), block_len=q_len)
+            mask_hidden = self.model.forward_block(anchors, positions.view(-1), q_len)
         draft_ids, draft_probs = self._sample_draft_tokens(mask_hidden, sampling_metadata, rows)
         self._end_draft(t_start, n * q_len, num_reqs)
         draft_ids = draft_ids.view(n, k)

@@ -129,9 +129,10 @@ def slots_for(table, r, positions):
     return table[r, positions // BLOCK].long() * BLOCK + positions % BLOCK
 
 
-def vllm_draft(model, vllm_config, features, ctx_lens, input_ids, g, block_len=None):
+def vllm_draft(model, vllm_config, features, ctx_lens, input_ids, g, block_len=None, from_anchors=False):
     """Context K/V written over two steps (with padding rows), then one block forward; returns
-    the final hidden states [num_reqs, Q, H] (with ``block_len=Q``, the mask rows [num_reqs, Q - 1, H])."""
+    the final hidden states [num_reqs, Q, H] (with ``block_len=Q``, the mask rows [num_reqs, Q - 1, H];
+    ``from_anchors``: through ``forward_block``, the proposer's call, which reads only the anchors)."""
     from vllm.config import set_current_vllm_config
     from vllm.forward_context import set_forward_context
     from dflash_vllm.attention.backend import DraftBlockMetadata
@@ -169,7 +170,10 @@ def vllm_draft(model, vllm_config, features, ctx_lens, input_ids, g, block_len=N
     builder = DFlashAttentionMetadataBuilder(types.SimpleNamespace(block_size=BLOCK), layer_names, vllm_config, torch.device("cpu"))
     md = builder.build_for_drafting(cad, draft_index=0)
     with set_current_vllm_config(vllm_config), set_forward_context(dict.fromkeys(layer_names, md), vllm_config, num_tokens=num_reqs * Q):
-        hidden = model(input_ids.view(-1), positions, block_len=block_len)
+        if from_anchors:
+            hidden = model.forward_block(input_ids[:, 0], positions, block_len)
+        else:
+            hidden = model(input_ids.view(-1), positions, block_len=block_len)
     return hidden.view(num_reqs, Q if block_len is None else Q - 1, -1)
 
 
@@ -217,12 +221,17 @@ def test_vllm_drafter_matches_pytorch_drafter(vllm_env, tmp_path, monkeypatch, f
     assert torch.equal(target.compute_logits(got[:, 1:]).argmax(-1), target.compute_logits(want[:, 1:]).argmax(-1))
 
 
+@pytest.mark.parametrize("num_layers", [3, 1])
+@pytest.mark.parametrize("from_anchors", [True, False])
 @pytest.mark.parametrize("q", [Q, 2])
 @pytest.mark.parametrize("fused", ["cpp", "modules"])
 @torch.inference_mode()
-def test_mask_rows_only_equal_the_full_blocks_mask_rows(vllm_env, tmp_path, monkeypatch, fused, q):
-    """``forward(..., block_len=Q)`` (the proposer's call: the last layer drops each block's
-    anchor row after attention) gives the reference drafter's mask rows, and the same greedy drafts.
+def test_mask_rows_only_equal_the_full_blocks_mask_rows(vllm_env, tmp_path, monkeypatch, fused, q, from_anchors, num_layers):
+    """``forward(..., block_len=Q)`` (the last layer drops each block's anchor row after
+    attention) and ``forward_block`` (the proposer's call since session 36: the same, with the
+    first layer's norm, QKV projection and q/k norms over the anchors and one shared mask row)
+    give the reference drafter's mask rows, and the same greedy drafts. One layer: the first
+    layer is also the one that drops the anchors.
     Q = 2 (one draft per request): the mask rows of several requests are then a strided view of
     the block, which vLLM's C++ fused add-RMSNorm read as if contiguous; every request after the
     first drafted from the wrong rows (on the demo pair at K = 1, tau 1.38 at batch 8 against
@@ -231,9 +240,9 @@ def test_mask_rows_only_equal_the_full_blocks_mask_rows(vllm_env, tmp_path, monk
 
     monkeypatch.setattr(sys.modules[__name__], "Q", q)
     monkeypatch.setenv(envs.FUSED_OPS.name, "1" if fused == "cpp" else "0")
-    cfg, ref, model, vllm_config, target = make_pair(tmp_path, attention_bias=True, num_layers=3)
+    cfg, ref, model, vllm_config, target = make_pair(tmp_path, attention_bias=True, num_layers=num_layers)
     features, input_ids, g = random_inputs(cfg, seed=3)
-    got = vllm_draft(model, vllm_config, features, CTX_LENS, input_ids, g, block_len=Q)
+    got = vllm_draft(model, vllm_config, features, CTX_LENS, input_ids, g, block_len=Q, from_anchors=from_anchors)
     want = reference_draft(ref, target, features, CTX_LENS, input_ids)[:, 1:]
     assert got.shape == want.shape
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
