@@ -555,7 +555,6 @@ class DFlashProposer(SpecDecodeBaseProposer):
             num_speculative_tokens=spec.num_speculative_tokens,
         )
         super().__init__(vllm_config=vllm_config, device=device, pass_hidden_states_to_model=True, runner=runner)
-        self.mask_token_id = self.drafter_config.mask_token_id
         self.max_query_len = 1 + self.num_speculative_tokens
         self._block_offsets = torch.arange(self.max_query_len, device=device)
         self._init_policy(vllm_config, runner)
