@@ -241,7 +241,7 @@ class DFlashDrafterModel(nn.Module):
             target_features = F.pad(target_features, (0, 0, 0, m - n))
         fused = rms_norm(self.hidden_norm, self.fc(target_features), self.fused)  # [M, H]
         # One GEMM for every layer's K and V instead of L small ones.
-        kv = self._ctx_kv(fused)[:n].view(n, num_layers, 2, nkv, hd)
+        kv = F.linear(fused, self._ctx_kv_weight, self._ctx_kv_bias)[:n].view(n, num_layers, 2, nkv, hd)
         # Key norm and RoPE through each layer's own modules, the ones its block keys go
         # through (the same rms_norm call, vLLM's C++ kernels on CPU): one definition of each,
         # so context and block keys cannot drift apart.
@@ -351,24 +351,3 @@ class DFlashDrafterModel(nn.Module):
         self._ctx_kv_weight = torch.cat([a.qkv_proj.weight[a.q_size :] for a in attns], dim=0)
         bias = [a.qkv_proj.bias for a in attns]
         self._ctx_kv_bias = None if bias[0] is None else torch.cat([b[a.q_size :] for a, b in zip(attns, bias)])
-        self._ctx_kv_handler = None
-        if self._ctx_kv_weight.device.type == "cpu":
-            # vLLM's own CPU GEMM (oneDNN, what its linear layers use): on the demo pair at c = 4
-            # this GEMM took 264 us per drafting call through F.linear, ~130 through oneDNN
-            # (cProfile of two processes, session 36, s36/scratch/cprof_draft.py 4; F.linear is
-            # 8-40 % slower than onednn_mm at the drafter's shapes in isolation).
-            from vllm import _custom_ops as ops
-
-            if getattr(ops, "_supports_onednn", False):
-                try:
-                    self._ctx_kv_handler = ops.create_onednn_mm(self._ctx_kv_weight.t(), 32)
-                except RuntimeError:  # vLLM falls back the same way
-                    self._ctx_kv_handler = None
-
-    def _ctx_kv(self, fused: torch.Tensor) -> torch.Tensor:
-        """Every layer's context K and V rows of ``qkv_proj`` applied to ``fused`` [M, L * 2 * kv]."""
-        if self._ctx_kv_handler is not None:
-            from vllm import _custom_ops as ops
-
-            return ops.onednn_mm(self._ctx_kv_handler, fused, self._ctx_kv_bias)
-        return F.linear(fused, self._ctx_kv_weight, self._ctx_kv_bias)

@@ -255,7 +255,7 @@ def old_context_k(model, target_features, positions):
     attns = [layer.self_attn for layer in model.layers]
     n, num_layers, nkv, hd = target_features.shape[0], len(attns), attns[0].num_kv_heads, attns[0].head_dim
     fused = model.hidden_norm(model.fc(target_features))
-    kv = model._ctx_kv(fused).view(n, num_layers, 2, nkv, hd)  # the same GEMM (on CPU vLLM's oneDNN): the K path is the subject
+    kv = torch.nn.functional.linear(fused, model._ctx_kv_weight, model._ctx_kv_bias).view(n, num_layers, 2, nkv, hd)
     k = kv[:, :, 0]
     kf = k.float()
     k_norm_weight = torch.stack([a.k_norm.weight.data for a in attns])
