@@ -68,9 +68,10 @@ where a drafter forward over about the probe's block was timed recently: elsewhe
 extrapolation) and the one measured on earlier probes at about the same batch (wall time,
 ``_measure_probe``); sooner in two cases: a verify whose accepted run the curve gives less than
 ``surprise`` / rows brings the next probe at once (a change of workload needs two rows, and one
-probe at batch 1 gives one), and a batch level (a running geometric mean over ~20 steps) 4x from
+probe at batch 1 gives one), and a batch level (a running geometric mean over ~20 steps) 4x below
 the last probe's brings one after ``probe_every`` steps (a change of load often comes with a
-change of traffic; at batch 1 probes are otherwise ~130 steps apart). A probe drafts as deep
+change of traffic; at batch 1 probes are otherwise ~130 steps apart; a level 4x above waits for
+the budgeted spacing, ``_level_moved``). A probe drafts as deep
 as costs at most a quarter of a plain step more than one draft each (on CPU with a small batch:
 the whole block, so one probe measures every position), every other probe half as
 deep (so the slope in N and delta are told apart; a one-draft probe, as before, could not tell
@@ -894,7 +895,7 @@ class AdaptivePolicy:
         ``num_decode`` of them decoding ones that may draft, none seeded: True, and the step is
         planned (no drafts: what ``plan`` would find, for less host work); False, and the window
         ends, if the batch moved by over a quarter from the optimum's or its level is now 4x
-        from the last probe's after ``probe_every`` steps without drafts (``_probe_spacing``'s
+        below the last probe's after ``probe_every`` steps without drafts (``_probe_spacing``'s
         rule): ``plan`` then decides. The proposer calls it directly for the steps whose clocks
         it hands the policy later (``on_step`` of each, in order, then this)."""
         c, acc = self._optimum_cache, self.acceptance
@@ -903,8 +904,7 @@ class AdaptivePolicy:
             self.idle_left = 0  # (a verify: none comes without drafts, but a caller may bring one)
             return False
         level = self.LEVEL_DECAY * self._level + (1.0 - self.LEVEL_DECAY) * math.log2(max(num_reqs, 1))
-        if (self._probe_bucket is not None and self.steps_since_draft + 1 >= self.probe_every
-                and abs(math.floor(level + 0.5) - self._probe_bucket) >= 2):
+        if self.steps_since_draft + 1 >= self.probe_every and self._level_moved(math.floor(level + 0.5)):
             self.idle_left = 0
             return False
         self._level = level
@@ -1053,11 +1053,25 @@ class AdaptivePolicy:
 
     def _level_bucket(self, num_reqs: int) -> int:
         """The batch's level (a running mean of log2 of the batch, ``LEVEL_DECAY`` per plan: ~20
-        steps), rounded, for the "batch 4x from the last probe's" rule (``_probe_due``); both
+        steps), rounded, for the "batch 4x below the last probe's" rule (``_probe_due``); both
         sides of that rule read it, so a difference of 2 is a factor of ~4."""
         if self._level is None:
             return CostModel._bucket(num_reqs)
         return math.floor(self._level + 0.5)
+
+    def _level_moved(self, level_bucket: int) -> bool:
+        """Whether the batch's level is now 4x or more below the last probe's: a new regime that
+        gets a probe after ``probe_every`` steps, whatever the budget says. Only below: with the
+        same acceptance, drafting pays more at a smaller batch (a draft's share of the verify
+        costs less there) and a probe costs less (a drafting call does work for every request of
+        the batch, drafting or not), so a move down is where a look is worth its price. A move
+        up makes drafting pay less with the same acceptance and a probe cost more; a change of
+        traffic that comes with it waits for the budgeted spacing. Both ways (until session 37),
+        the rule brought a probe in every benchmark cell after a 4x rise of the load, and the
+        cells are short: ~3.5 plain steps lost in 48 at free c = 16 (one probe per cell, scratch
+        ``bench/results/s37/scratch/probe_loss.py``), adaptive at 0.93 of K = 0 there over 8
+        repeats (``bench/results/s37/weak8.json``)."""
+        return self._probe_bucket is not None and level_bucket <= self._probe_bucket - 2
 
     def _probe_due(self, opt, *, num_reqs: int, ahead: int = 0) -> bool:
         """Whether a probe is due (within ``ahead`` steps; see ``_probe_spacing``)."""
@@ -1081,11 +1095,12 @@ class AdaptivePolicy:
         if m is not None:
             loss = max(loss, m)
         spacing = max(self.probe_every, int(loss / self.probe_budget))
-        # A batch 4x from the last probe's: a new regime gets a look soon. Read as the batch's
-        # level, not this step's batch: a benchmark cell's drain and the next cell's arrivals pass
-        # through batches 4x away within a few steps, and with the batch itself this rule brought
-        # a probe in nearly every short cell of prompts the drafter does not know (session 29).
-        if self._probe_bucket is not None and abs(self._level_bucket(num_reqs) - self._probe_bucket) >= 2:
+        # A batch 4x below the last probe's: a new regime gets a look soon (_level_moved). Read as
+        # the batch's level, not this step's batch: a benchmark cell's drain and the next cell's
+        # arrivals pass through batches 4x away within a few steps, and with the batch itself this
+        # rule brought a probe in nearly every short cell of prompts the drafter does not know
+        # (session 29).
+        if self._level_moved(self._level_bucket(num_reqs)):
             spacing = self.probe_every
         return spacing
 

@@ -1837,6 +1837,39 @@ def test_a_drain_and_the_next_arrivals_are_no_change_of_load():
     assert p._probes > probes and p._probe_bucket <= 1
 
 
+def test_a_load_that_rises_4x_waits_for_the_budgeted_probe_spacing():
+    """The level rule looks down only (``AdaptivePolicy._level_moved``): a batch level 4x below
+    the last probe's gets a probe after ``probe_every`` steps, one 4x above waits for the spacing
+    the measured probe losses give at the budget. At a larger batch the same acceptance pays less
+    and a probe costs more; both ways, the rule brought a probe into every short benchmark cell
+    after a 4x rise of the load (free c = 16: one probe, ~3.5 plain steps, in a 48-step cell;
+    session 37's weak cells over 8 repeats, adaptive 0.93 of K = 0 there). Dormant at batch 64
+    (its probes measured), then at batch 8 (the last probe there), then back at 64: no probe
+    within 40 steps, one at the budgeted spacing; with the rule both ways, one after ~15."""
+    p = AdaptivePolicy(15)
+    rng = np.random.default_rng(0)
+    tv, td = DEMO_COST[64]
+
+    def loop(r, steps):
+        # the engine's costs no clock of the policy sees (_hidden): what makes a probe cost a few plain steps
+        _closed_loop(p, r, lambda g, k: np.minimum(rng.geometric(0.9, r) - 1, k), lambda n, _r: tv(n),
+                     td, steps=steps, warm=0, hidden_draft=tv(64), transient=0.5 * tv(64))
+
+    loop(64, 800)
+    assert p.steps_since_draft > 0 and p.probe_loss.get(CostModel._bucket(64), 0) > 1.5  # measured: spacing > 75 steps
+    loop(8, 800)
+    assert p.steps_since_draft > 0 and p._probe_bucket <= 4  # the last probe after the level fell 4x
+    probes, spacing = p._probes, p._probe_spacing(None, 64)  # the budgeted spacing there: ~110 steps
+    assert spacing > p.steps_since_draft + 40
+    loop(64, 40)  # the level reaches 4x above the last probe's in ~15 steps
+    assert p._level_bucket(64) - p._probe_bucket >= 2 and p._probes == probes
+    loop(64, 60)  # the budgeted spacing still brings one
+    assert p._probes > probes
+    probes = p._probes
+    loop(2, 100)  # and a load 8x below the last probe's gets its look within probe_every steps of the move
+    assert p._probes > probes
+
+
 def test_requests_closed_at_the_door_count_in_the_goodput():
     """At batch 64 on prompts the drafter does not know, most requests arrive closed at the door
     (the proposer's ``_close_door``) and 4 may draft. Each of the 60 others emits its token per
