@@ -35,6 +35,9 @@ FUSED_OPS = Flag("DFLASH_VLLM_FUSED_OPS", "1",
 FIXED_K = Flag("DFLASH_VLLM_FIXED_K", "",
                "drafts per request per step: N pins N, 'adaptive' the policy, 'none' K every step; unset: the "
                "speculative config's dflash_fixed_k / dflash_adaptive decide (adaptive on one CPU rank, else K)")
+CPU_GEMM_WIDTHS = Flag("DFLASH_VLLM_CPU_GEMM_WIDTHS", "1",
+                       "0: a DFlash engine's oneDNN linears (CPU) run at each batch's own row count, not padded to "
+                       "one of a few dozen widths (fixes/cpu_gemm_widths.py)")
 ADAPTIVE_STATS = Flag("DFLASH_VLLM_ADAPTIVE_STATS", "0",
                       "1: the proposer prints its drafter-forward counters at exit (tests)")
 STEP_TIMES = Flag("DFLASH_VLLM_STEP_TIMES", "",
@@ -42,7 +45,7 @@ STEP_TIMES = Flag("DFLASH_VLLM_STEP_TIMES", "",
 ONEDNN_CACHE = Flag("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "",
                     "oneDNN's; the add-on sets 64 in vLLM's CPU processes when unset (fixes/cpu_onednn_cache.py)")
 
-FLAGS = (NATIVE, NO_SEED_FIX, STEP_METRICS, CPU_ATTN, FUSED_OPS, FIXED_K, ADAPTIVE_STATS, STEP_TIMES, ONEDNN_CACHE)
+FLAGS = (NATIVE, NO_SEED_FIX, STEP_METRICS, CPU_ATTN, FUSED_OPS, CPU_GEMM_WIDTHS, FIXED_K, ADAPTIVE_STATS, STEP_TIMES, ONEDNN_CACHE)
 _OFF = ("0", "false", "False", "FALSE", "no", "off")
 
 

@@ -104,6 +104,18 @@ PATCHES: tuple[Patch, ...] = (
         "0.32 (CPU build)", "when vLLM's CPU build bounds its oneDNN primitive caches itself", "cpu",
     ),
     Patch(
+        "cpu-gemm-widths", "vllm.model_executor.layers.utils:dispatch_cpu_unquantized_gemm",
+        "in a DFlash engine on CPU (our proposer's load_model), the cpu_linear that "
+        "dispatch_cpu_unquantized_gemm gave each oneDNN layer of the target and the drafter is "
+        "wrapped: rows padded with zeros to one of ~50 widths, the first rows of the result kept "
+        "(fixes/cpu_gemm_widths.py; DFLASH_VLLM_CPU_GEMM_WIDTHS=0: off)",
+        "each layer's oneDNN handler builds a matmul primitive for every new row count (~0.4-1.2 ms "
+        "a layer) and keeps 32; verify and drafter widths under speculation take hundreds of values "
+        "(K = 7, demo pair, tasks c = 1..64: 3.1 ms of a 13.8-ms step in first-seen widths; "
+        "reproduction: dflash-vllm bench gemm-widths)",
+        "0.32 (CPU build)", "when vLLM's CPU linears stop building a primitive per row count", "cpu",
+    ),
+    Patch(
         "ray-cpu-executor", "vllm.v1.executor.abstract:Executor.get_class",
         "distributed_executor_backend='ray' on the CPU platform -> fixes.ray_cpu.CpuRayExecutor",
         "vLLM 0.32 refuses Ray on its CPU platform",

@@ -257,7 +257,9 @@ def v2_interface_missing(model_cls) -> list[str]:
 
 def describe_spec_decode(worker) -> dict:
     """Run in a worker (``llm.collective_rpc(describe_spec_decode)``): which model runner, which
-    proposer/speculator and which drafter model class this engine actually built."""
+    proposer/speculator and which drafter model class this engine actually built, and how many
+    of the target's and drafter's linears run at padded row counts (fixes/cpu_gemm_widths.py)."""
+    from .fixes.cpu_gemm_widths import MARK
 
     def name(obj):
         return None if obj is None else f"{type(obj).__module__}.{type(obj).__name__}"
@@ -266,5 +268,7 @@ def describe_spec_decode(worker) -> dict:
     proposer = getattr(runner, "drafter", None)  # Model Runner V1
     if proposer is None:
         proposer = getattr(runner, "speculator", None)  # Model Runner V2
+    models = [m for m in (getattr(runner, "model", None), getattr(proposer, "model", None)) if m is not None]
+    padded = sum(hasattr(getattr(mod, "cpu_linear", None), MARK) for m in models for mod in m.modules())
     return {"runner": name(runner), "proposer": name(proposer),
-            "drafter_model": name(getattr(proposer, "model", None))}
+            "drafter_model": name(getattr(proposer, "model", None)), "padded_linears": padded}

@@ -10,6 +10,7 @@
       ablations       small-scale training ablations on the demo target (paper Tables 7, 9, 13)
       sampling-tau    tau at temperature 0 and 1, probabilistic vs greedy drafts
       onednn-cache    the reproduction behind fixes/cpu_onednn_cache.py (RSS vs distinct batch sizes)
+      gemm-widths     the reproduction behind fixes/cpu_gemm_widths.py (oneDNN linears at new row counts)
       context-queue   the context queue's host work on K = 0 steps at batch 1, per step and at its limit
 
 Defaults: the shipped demo pair; methods none, ours (K = --k), ours@adaptive (adaptive drafting), ours@k=1,3,7,15 (K
@@ -76,7 +77,8 @@ def _run_parser() -> argparse.ArgumentParser:
 
 
 TOOLS = {"context-sweep": "context_sweep", "profile": "profile", "ablations": "ablations",
-         "sampling-tau": "sampling_tau", "onednn-cache": "onednn_cache", "context-queue": "context_queue"}
+         "sampling-tau": "sampling_tau", "onednn-cache": "onednn_cache", "gemm-widths": "gemm_widths",
+         "context-queue": "context_queue"}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -41,7 +41,9 @@ def test_proposer_and_drafter_types(tiny_dir):
     for built in ours["built"]:  # one entry per worker
         assert built["proposer"] == "dflash_vllm.proposers.dflash.DFlashProposer", built
         assert built["drafter_model"] == "dflash_vllm.models.drafter.DFlashDrafterModel", built
+        assert built["padded_linears"] > 0, built  # fixes/cpu_gemm_widths.py: our DFlash engine on CPU
     for built in native["built"]:
         assert built["proposer"] == "vllm.v1.spec_decode.dflash.DFlashProposer", built
         assert built["drafter_model"] == "vllm.model_executor.models.qwen3_dflash.DFlashQwen3ForCausalLM", built
+        assert built["padded_linears"] == 0, built  # vLLM's own DFlash: untouched
     assert ours["tokens"] == native["tokens"]  # greedy: both equal the target's own output

@@ -81,7 +81,8 @@ def test_recipe_options_round_trip():
                                      "random_anchors": False, "loss_positions": 8}
 
 
-@pytest.mark.parametrize("tool", ["context-sweep", "profile", "ablations", "sampling-tau", "onednn-cache", "context-queue"])
+@pytest.mark.parametrize("tool", ["context-sweep", "profile", "ablations", "sampling-tau", "onednn-cache", "gemm-widths",
+                                  "context-queue"])
 def test_bench_tools_are_subcommands(tool, capsys):
     """The narrower measurements live under `dflash-vllm bench` (no scripts with sys.path edits)."""
     from dflash_vllm.bench import main
