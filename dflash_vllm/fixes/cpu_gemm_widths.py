@@ -15,9 +15,11 @@ more than warm calls on widths evicted since (second pass); adaptive drafting st
 new widths in the second pass.
 
 ``install`` wraps the ``cpu_linear`` of every such layer of the target and the drafter of a
-DFlash engine so that the rows are padded with zeros up to ``bucket(M)``: M itself up to 8,
-then multiples of 8 up to 64, then 8 steps per octave (at most 12.5 % more rows; 47 widths up
-to 1024, 63 up to 4096), and the first M rows of the result returned. Rows of a matmul do not
+DFlash engine so that, where the layer runs eagerly (``--enforce-eager``, as the add-on's demo,
+bench and tests run it; not inside a torch.compile'd graph), the rows are padded with zeros up
+to ``bucket(M)``: M itself up to 8, then multiples of 8 up to 64, then 8 steps per octave (at
+most 12.5 % more rows; 47 widths up to 1024, 63 up to 4096), and the first M rows of the result
+returned. Rows of a matmul do not
 mix, so the output rows are the layer's on the same input (checked bitwise against the
 unpadded call in tests/unit/test_cpu_gemm_widths.py). Engines without our DFlash (a
 ``none`` baseline, vLLM's own DFlash) are untouched. ``DFLASH_VLLM_CPU_GEMM_WIDTHS=0`` turns it
@@ -25,6 +27,8 @@ off.
 """
 
 from __future__ import annotations
+
+import torch
 
 from .. import envs
 
@@ -49,6 +53,11 @@ def padded(fn):
     """``fn(x, weight, bias)`` called with x's rows padded to ``bucket(rows)``; the first rows back."""
 
     def linear(x, weight, bias):
+        # Under torch.compile (vLLM's default without --enforce-eager) the row count is symbolic
+        # and the graph is traced once for all of them: padding there failed the trace (a
+        # ConstraintViolationError at start-up, session 38), so the compiled graph keeps vLLM's call.
+        if torch.compiler.is_compiling():
+            return fn(x, weight, bias)
         m = x.shape[0] if x.dim() == 2 else 0
         if m == 0 or (b := bucket(m)) == m:
             return fn(x, weight, bias)

@@ -56,6 +56,25 @@ def test_the_layer_sees_only_bucket_widths():
     assert seen == [1, 16, 32, 72, 80, 320]
 
 
+def test_a_compiled_graph_traces_through_it_unpadded():
+    """vLLM compiles the target without --enforce-eager (one trace, the row count symbolic):
+    padding there failed the trace at engine start (ConstraintViolationError), so under
+    torch.compile the wrapper is vLLM's call as it was."""
+    w = torch.randn(8, 4)
+    seen = []
+
+    def fn(x, weight, bias):
+        seen.append(x.shape[0])
+        return x @ w.t()
+
+    f = W.padded(fn)
+    compiled = torch.compile(lambda x: f(x, None, None), backend="eager", fullgraph=True, dynamic=True)
+    for m in (3, 11, 70):
+        x = torch.randn(m, 4)
+        assert torch.allclose(compiled(x), x @ w.t())
+    assert all(not isinstance(s, int) or s not in (16, 72) for s in seen)  # traced with the symbolic rows
+
+
 class _Layer(torch.nn.Module):
     def __init__(self, cpu_linear):
         super().__init__()
