@@ -107,8 +107,9 @@ PATCHES: tuple[Patch, ...] = (
         "cpu-gemm-widths", "vllm.model_executor.layers.utils:dispatch_cpu_unquantized_gemm",
         "in a DFlash engine on CPU (our proposer's load_model), the cpu_linear that "
         "dispatch_cpu_unquantized_gemm gave each oneDNN layer of the target and the drafter is "
-        "wrapped: rows padded with zeros to one of ~50 widths, the first rows of the result kept "
-        "(fixes/cpu_gemm_widths.py; DFLASH_VLLM_CPU_GEMM_WIDTHS=0: off)",
+        "wrapped: where it runs eagerly (not inside a torch.compile'd graph), rows padded with zeros "
+        "to one of ~50 widths, the first rows of the result kept (fixes/cpu_gemm_widths.py; "
+        "DFLASH_VLLM_CPU_GEMM_WIDTHS=0: off)",
         "each layer's oneDNN handler builds a matmul primitive for every new row count (~0.4-1.2 ms "
         "a layer) and keeps 32; verify and drafter widths under speculation take hundreds of values "
         "(K = 7, demo pair, tasks c = 1..64: 3.1 ms of a 13.8-ms step in first-seen widths; "
