@@ -19,9 +19,8 @@ DFlash engine so that, where the layer runs eagerly (``--enforce-eager``, as the
 bench and tests run it; not inside a torch.compile'd graph), the rows are padded with zeros up
 to ``bucket(M)``: M itself up to 8, then multiples of 8 up to 64, then 8 steps per octave (at
 most 12.5 % more rows; 47 widths up to 1024, 63 up to 4096), and the first M rows of the result
-returned. Rows of a matmul do not
-mix, so the output rows are the layer's on the same input (checked bitwise against the
-unpadded call in tests/unit/test_cpu_gemm_widths.py). Engines without our DFlash (a
+returned. Rows of a matmul do not mix, so the output rows are the layer's on the same input
+(checked bitwise against the unpadded call in tests/unit/test_cpu_gemm_widths.py). Engines without our DFlash (a
 ``none`` baseline, vLLM's own DFlash) are untouched. ``DFLASH_VLLM_CPU_GEMM_WIDTHS=0`` turns it
 off.
 """

@@ -945,16 +945,16 @@ class DFlashProposer(SpecDecodeBaseProposer):
         if supports_multimodal(target_model):
             target_model = target_model.get_language_model()
         self.model.bind_target(target_model)
-        if self.device.type == "cpu" and envs.enabled(envs.CPU_GEMM_WIDTHS):
+        if self.device.type == "cpu":
             # The verify and drafter widths change from step to step under (adaptive)
             # speculation: rows padded to a few dozen widths, so that oneDNN does not build a
-            # matmul primitive per row count (fixes/cpu_gemm_widths.py).
+            # matmul primitive per row count (fixes/cpu_gemm_widths.py; install reads the off switch).
             from ..fixes import cpu_gemm_widths
 
             patches.require("cpu-gemm-widths")
-            n = cpu_gemm_widths.install(target_model, self.model)
-            logger.info("dflash-vllm: %d oneDNN linears of the target and drafter run at padded row counts "
-                        "(DFLASH_VLLM_CPU_GEMM_WIDTHS=0: exact)", n)
+            if n := cpu_gemm_widths.install(target_model, self.model):
+                logger.info("dflash-vllm: %d oneDNN linears of the target and drafter run at padded row counts "
+                            "(DFLASH_VLLM_CPU_GEMM_WIDTHS=0: exact)", n)
 
     # -- the step --------------------------------------------------------------------------
     def propose(
