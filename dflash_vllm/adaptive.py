@@ -69,9 +69,10 @@ extrapolation) and the one measured on earlier probes at about the same batch (w
 ``_measure_probe``); sooner in two cases: a verify whose accepted run the curve gives less than
 ``surprise`` / rows brings the next probe at once (a change of workload needs two rows, and one
 probe at batch 1 gives one), and a batch level (a running geometric mean over ~20 steps) 4x below
-the last probe's brings one after ``probe_every`` steps (a change of load often comes with a
-change of traffic; at batch 1 probes are otherwise ~130 steps apart; a level 4x above waits for
-the budgeted spacing, ``_level_moved``). A probe drafts as deep
+the last probe's brings one after ``LEVEL_PROBE_AFTER`` (8) steps without drafts (a change of
+load often comes with a change of traffic; at batch 1 probes are otherwise ~130 steps apart; a
+level 4x above waits for the budgeted spacing, ``_level_moved``). A probe drafts for
+``PROBE_ROWS`` (8) requests of a larger batch, those verified longest ago (``_probe_rows``), as deep
 as costs at most a quarter of a plain step more than one draft each (on CPU with a small batch:
 the whole block, so one probe measures every position), every other probe half as
 deep (so the slope in N and delta are told apart; a one-draft probe, as before, could not tell
@@ -234,7 +235,7 @@ class AcceptanceModel:
         self.accepted = np.full(k_max, prior_rate * prior_weight)  # decayed "position j accepted"
         self.reached = np.full(k_max, prior_weight)  # decayed "position j verified"
         self._ticked: tuple[float, float] | None = None  # ticks not yet applied to both (see tick)
-        self.requests: dict[str, list[float]] = {}  # req_id -> [decayed accepted, decayed expected]
+        self.requests: dict[str, list[float]] = {}  # req_id -> [decayed accepted, decayed expected, last verify step]
         self.verified_steps = 0  # verify steps observed (a plan made before one is out of date)
         self.last_accepted = 0  # drafts accepted, all rows, in the latest verify step
         # A change of workload (see observe): first drafts verified / accepted over the last few
@@ -313,10 +314,11 @@ class AcceptanceModel:
         for rid, ai, ei in zip(req_ids, a.tolist(), expected.tolist()):
             st = reqs.get(rid)
             if st is None:
-                reqs[rid] = [float(ai), ei]
+                reqs[rid] = [float(ai), ei, self.verified_steps]
             else:
                 st[0] = st[0] * rd + ai
                 st[1] = st[1] * rd + ei
+                st[2] = self.verified_steps
 
     def tick(self, num_decode: int = 0) -> None:
         """One engine step, drafted or not: evidence ages with time too, so that positions no
@@ -700,6 +702,8 @@ class AdaptivePolicy:
     IDLE_REPLAN = 32  # steps a "no drafts" optimum is reused for (see _choose; 16 until session 30)
     LEVEL_DECAY = 0.95  # the batch's level for the probe rule (_level_bucket)
     COVER_EVERY = 8  # steps between plain anchors while the batch is far from every measured plain step
+    LEVEL_PROBE_AFTER = 8  # steps without drafts before a probe once the load fell 4x (_probe_spacing)
+    PROBE_ROWS = 8  # a probe drafts for this many requests of a larger batch (_probe_rows)
 
     def __init__(self, k_max: int, fixed: list[int] | None = None, probe_every: int = 32,
                  dither_every: int = 4, zero_every: int = 32, explore_budget: float = 0.01,
@@ -895,7 +899,7 @@ class AdaptivePolicy:
         ``num_decode`` of them decoding ones that may draft, none seeded: True, and the step is
         planned (no drafts: what ``plan`` would find, for less host work); False, and the window
         ends, if the batch moved by over a quarter from the optimum's or its level is now 4x
-        below the last probe's after ``probe_every`` steps without drafts (``_probe_spacing``'s
+        below the last probe's after ``LEVEL_PROBE_AFTER`` steps without drafts (``_probe_spacing``'s
         rule): ``plan`` then decides. The proposer calls it directly for the steps whose clocks
         it hands the policy later (``on_step`` of each, in order, then this)."""
         c, acc = self._optimum_cache, self.acceptance
@@ -904,7 +908,7 @@ class AdaptivePolicy:
             self.idle_left = 0  # (a verify: none comes without drafts, but a caller may bring one)
             return False
         level = self.LEVEL_DECAY * self._level + (1.0 - self.LEVEL_DECAY) * math.log2(max(num_reqs, 1))
-        if self.steps_since_draft + 1 >= self.probe_every and self._level_moved(math.floor(level + 0.5)):
+        if self.steps_since_draft + 1 >= self.LEVEL_PROBE_AFTER and self._level_moved(math.floor(level + 0.5)):
             self.idle_left = 0
             return False
         self._level = level
@@ -1035,10 +1039,28 @@ class AdaptivePolicy:
             if self._probes % 2 == 0:  # every other probe half as deep: N varies among drafted
                 q_probe = max(1, q_probe // 2)  # steps (the slope in N told apart from delta), and
                 # it still sees past the first draft (a 1-draft probe could not tell a changed workload)
-            return np.full(r, q_probe, dtype=np.int64), q_probe
+            k = np.zeros(r, dtype=np.int64)
+            k[self._probe_rows(dec_ids)] = q_probe
+            return k, q_probe
         if not drafts:
             self.idle_left = self._idle_window(c, num_reqs)
         return np.zeros(r, dtype=np.int64), 0
+
+    def _probe_rows(self, dec_ids: list[str]) -> np.ndarray:
+        """The rows a probe drafts for: all of a batch of up to ``PROBE_ROWS`` requests, else the
+        ``PROBE_ROWS`` verified longest ago (requests never verified first: successive probes go
+        round the batch; by the least evidence instead, the rows whose drafts are rejected early,
+        which gather the least, were the sample every time). A probe asks whether the
+        traffic changed; a sample of its requests answers that (the curve is server-wide, the
+        workload shift in ``AcceptanceModel.observe`` needs two rows), and a probe of the whole
+        batch cost ~2.5 plain steps at batch 64 (the drafter forward and the verify of 64 blocks),
+        where dormant adaptive read ~7 % below K = 0 in session 38's full check (tasks c = 64)."""
+        r = len(dec_ids)
+        if r <= self.PROBE_ROWS:
+            return np.arange(r)
+        get = self.acceptance.requests.get
+        seen = np.array([st[2] if (st := get(rid)) is not None else -1 for rid in dec_ids])
+        return np.sort(np.argsort(seen, kind="stable")[:self.PROBE_ROWS])
 
     @property
     def dormant(self) -> bool:
@@ -1061,7 +1083,10 @@ class AdaptivePolicy:
 
     def _level_moved(self, level_bucket: int) -> bool:
         """Whether the batch's level is now 4x or more below the last probe's: a new regime that
-        gets a probe after ``probe_every`` steps, whatever the budget says. Only below: with the
+        gets a probe after ``LEVEL_PROBE_AFTER`` steps without drafts, whatever the budget says
+        (after ``probe_every``, 32, until session 39: ~20-30 plain steps of the bench's ~70-step
+        tasks c = 1 cell after free c = 64, which K = 15 drafts through; a probe at batch 1 costs
+        about a plain step, and the rule brings one per move of the load). Only below: with the
         same acceptance, drafting pays more at a smaller batch (a draft's share of the verify
         costs less there) and a probe costs less (a drafting call does work for every request of
         the batch, drafting or not), so a move down is where a look is worth its price. A move
@@ -1101,7 +1126,7 @@ class AdaptivePolicy:
         # rule brought a probe in nearly every short cell of prompts the drafter does not know
         # (session 29).
         if self._level_moved(self._level_bucket(num_reqs)):
-            spacing = self.probe_every
+            spacing = min(spacing, self.LEVEL_PROBE_AFTER)
         return spacing
 
     def _optimum(self, dec_ids: list[str], num_reqs: int, num_decode: int | None = None):
@@ -1154,10 +1179,13 @@ class AdaptivePolicy:
         # A probe (while drafting does not pay) drafts as deep as costs at most a quarter of a
         # plain step more than one draft each: on a device with idle compute that is the whole
         # block, and one probe then measures every position's acceptance, not only the first.
-        t_caps = cm.t_verify(n0, r * caps) + t_draft_all
+        # (For PROBE_ROWS of a larger batch: _probe_rows.)
+        rp = min(r, self.PROBE_ROWS)
+        t_probe_draft = cm.t_draft((rp if subset else num_reqs) * (caps + 1), num_reqs)
+        t_caps = cm.t_verify(n0, rp * caps) + t_probe_draft
         q_probe = int(caps[np.flatnonzero(t_caps <= t_caps[0] + 0.25 * t0)[-1]])
         i_probe = int(np.searchsorted(caps, q_probe))
         # What a probe loses against a plain step, in plain steps (its accepted drafts count).
-        loss = float(t_caps[i_probe]) / max(t0, 1e-9) - (e0 + float(cs[:, q_probe].sum())) / e0
+        loss = float(t_caps[i_probe]) / max(t0, 1e-9) - (e0 + rp * float(cs[:, q_probe].mean())) / e0
         return _Optimum(best_k, best_g, g0, q_probe, loss, best_thr, int(caps[best_c]),
-                        float((r if subset else num_reqs) * (q_probe + 1)))
+                        float((rp if subset else num_reqs) * (q_probe + 1)))
