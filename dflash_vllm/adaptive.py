@@ -1034,7 +1034,12 @@ class AdaptivePolicy:
         # second row a change of workload needs comes a step later, not a probe spacing later.
         if surprised or self._probe_due(opt, num_reqs=num_reqs):
             self._probes += 1
-            self._probe_bucket = self._level_bucket(num_reqs)
+            # The regime the probe measured: the batch's level, or the batch itself where it is
+            # lower (a probe the level rule brings while the level is still falling: recorded at
+            # the level, the rule fired again at each further 4x of the fall, 3 probes in ~50
+            # steps from batch 64 to 1 instead of one;
+            # test_a_fall_of_the_load_brings_one_level_probe_not_one_per_4x).
+            self._probe_bucket = min(self._level_bucket(num_reqs), CostModel._bucket(num_reqs))
             self._probe_meas = _ProbeMeasurement(num_reqs, self.acceptance.verified_steps)
             if self._probes % 2 == 0:  # every other probe half as deep: N varies among drafted
                 q_probe = max(1, q_probe // 2)  # steps (the slope in N told apart from delta), and

@@ -1959,3 +1959,29 @@ def test_a_load_that_falls_4x_gets_its_probe_within_a_few_steps():
     _simulate_hist(p, DEMO_HIST["tasks"], 1, tv1, td1, steps=40, warm=0, life=20, **_hidden(1))
     assert any(drafted) and drafted.index(True) <= 12, drafted
 
+
+def test_a_fall_of_the_load_brings_one_level_probe_not_one_per_4x():
+    """The level rule's probe comes ``LEVEL_PROBE_AFTER`` steps into a fall, while the level (a
+    running mean over ~20 steps) is still on its way down: recorded at that level, the rule fired
+    again at each further 4x of the fall (batch 64 to 1: probes 5, 17 and 48 steps in, against one
+    at 21 with the rule's old 32-step wait; session 39). The probe's regime is now the lower of
+    the level and the batch: one level probe, then the budgeted spacing."""
+    p = AdaptivePolicy(15)
+    rng = np.random.default_rng(0)
+    tv, td = DEMO_COST[64]
+    _closed_loop(p, 64, lambda g, k: np.minimum(rng.geometric(0.8, 64) - 1, k), lambda n, _r: tv(n), td,
+                 steps=800, warm=0, hidden_draft=tv(64), transient=0.5 * tv(64), sentinels=4, life=4)
+    assert p.dormant
+    steps = []
+    plan = p.plan
+
+    def recording(ids, is_decode, **kw):
+        k, q = plan(ids, is_decode, **kw)
+        steps.append("P" if q and p.dormant else ("#" if q else "."))
+        return k, q
+
+    p.plan = recording
+    tv1, td1 = DEMO_COST[1]
+    _simulate_hist(p, DEMO_HIST["chat"], 1, tv1, td1, steps=100, warm=0, life=20, **_hidden(1))
+    trace = "".join(steps)
+    assert "P" in trace[:12] and trace.count("P") == 1, trace
