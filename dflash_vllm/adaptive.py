@@ -71,7 +71,9 @@ extrapolation) and the one measured on earlier probes at about the same batch (w
 probe at batch 1 gives one), and a batch level (a running geometric mean over ~20 steps) 4x below
 the last probe's brings one after ``LEVEL_PROBE_AFTER`` (8) steps without drafts (a change of
 load often comes with a change of traffic; at batch 1 probes are otherwise ~130 steps apart; a
-level 4x above waits for the budgeted spacing, ``_level_moved``). A probe drafts for
+level 4x above waits for the budgeted spacing, ``_level_moved``; such a probe on a single row
+looks twice, the second once the first is verified, since a change of workload needs two rows).
+A probe drafts for
 ``PROBE_ROWS`` (8) requests of a larger batch, those verified longest ago (``_probe_rows``), as deep
 as costs at most a quarter of a plain step more than one draft each (on CPU with a small batch:
 the whole block, so one probe measures every position), every other probe half as
@@ -744,6 +746,9 @@ class AdaptivePolicy:
         # An idle window (``_idle_window``): plain steps to come that stay plain whatever their
         # clocks say, while the batch stays near the optimum's (see ``idle_step``).
         self.idle_left = 0
+        # A level probe at batch 1 looks twice (see _choose): the verify count after which the
+        # second look is due, or None.
+        self._look_again: int | None = None
 
     # called once per step, at the start of the drafting call
     def on_step(self, now: float, num_tokens: int, num_reqs: int, step_start: float | None,
@@ -1024,6 +1029,7 @@ class AdaptivePolicy:
                 self._last_anchor = self.step
                 return np.zeros(r, dtype=np.int64), 0
             k = best_k
+            self._look_again = None
             if self.step % self.dither_every == 0:  # +-1 draft now and then: dI/dD stays measured
                 k = np.clip(k + (1 if (self.step // self.dither_every) % 2 else -1), 0, self.k_max)
             if k.any():
@@ -1032,8 +1038,15 @@ class AdaptivePolicy:
         # time allows (a probe that loses 6 plain steps waits ~300 steps), and at once after a
         # verify whose accepted run the curve made unlikely (AcceptanceModel.surprised): the
         # second row a change of workload needs comes a step later, not a probe spacing later.
-        if surprised or self._probe_due(opt, num_reqs=num_reqs):
+        look = self._look_again is not None and self.acceptance.verified_steps > self._look_again
+        if surprised or look or self._probe_due(opt, num_reqs=num_reqs):
             self._probes += 1
+            rows = self._probe_rows(dec_ids)
+            # A probe the level rule brought (a fall of the load) on a single row looks twice: a
+            # change of workload needs two rows (AcceptanceModel's shift_min), and at batch 1 the
+            # second came a budgeted spacing (~80 steps) later unless the first one's run surprised.
+            self._look_again = (self.acceptance.verified_steps if not (surprised or look) and len(rows) < 2
+                                and self._level_moved(self._level_bucket(num_reqs)) else None)
             # The regime the probe measured: the batch's level, or the batch itself where it is
             # lower (a probe the level rule brings while the level is still falling: recorded at
             # the level, the rule fired again at each further 4x of the fall, 3 probes in ~50
@@ -1045,7 +1058,7 @@ class AdaptivePolicy:
                 q_probe = max(1, q_probe // 2)  # steps (the slope in N told apart from delta), and
                 # it still sees past the first draft (a 1-draft probe could not tell a changed workload)
             k = np.zeros(r, dtype=np.int64)
-            k[self._probe_rows(dec_ids)] = q_probe
+            k[rows] = q_probe
             return k, q_probe
         if not drafts:
             self.idle_left = self._idle_window(c, num_reqs)

@@ -1965,7 +1965,8 @@ def test_a_fall_of_the_load_brings_one_level_probe_not_one_per_4x():
     running mean over ~20 steps) is still on its way down: recorded at that level, the rule fired
     again at each further 4x of the fall (batch 64 to 1: probes 5, 17 and 48 steps in, against one
     at 21 with the rule's old 32-step wait; session 39). The probe's regime is now the lower of
-    the level and the batch: one level probe, then the budgeted spacing."""
+    the level and the batch: one level probe (at batch 1 it looks twice, the second once the
+    first is verified: ``test_a_level_probe_at_batch_1_looks_twice``), then the budgeted spacing."""
     p = AdaptivePolicy(15)
     rng = np.random.default_rng(0)
     tv, td = DEMO_COST[64]
@@ -1984,4 +1985,37 @@ def test_a_fall_of_the_load_brings_one_level_probe_not_one_per_4x():
     tv1, td1 = DEMO_COST[1]
     _simulate_hist(p, DEMO_HIST["chat"], 1, tv1, td1, steps=100, warm=0, life=20, **_hidden(1))
     trace = "".join(steps)
-    assert "P" in trace[:12] and trace.count("P") == 1, trace
+    assert "PP" in trace[:12] and trace.count("P") == 2, trace
+
+
+def test_a_level_probe_at_batch_1_looks_twice():
+    """A change of workload needs two rows of first drafts off the curve (``shift_min``), and a
+    probe at batch 1 brings one: unless its accepted run surprised, the second row came a
+    budgeted spacing later (~80 steps at batch 1), which in the bench's tasks c = 1 cell after free
+    c = 64 is most of the cell. The probe the level rule brings on a single row now looks again
+    once it is verified; a budgeted probe, or one of a larger batch, does not (simulated in
+    session 39, tasks at batch 1 after the weak cells, adaptive / K = 15: 0.946 -> 0.966 with
+    ENGINE_COST, 0.932 -> 0.949 with DEMO_COST, 30 seeds; the weak cells unchanged)."""
+    p = AdaptivePolicy(15)
+    rng = np.random.default_rng(0)
+    tv, td = DEMO_COST[64]
+    _closed_loop(p, 64, lambda g, k: np.minimum(rng.geometric(0.8, 64) - 1, k), lambda n, _r: tv(n), td,
+                 steps=800, warm=0, hidden_draft=tv(64), transient=0.5 * tv(64), sentinels=4, life=4)
+    assert p.dormant
+    probes = []
+    plan = p.plan
+
+    def recording(ids, is_decode, **kw):
+        k, q = plan(ids, is_decode, **kw)
+        if q and p.dormant:
+            probes.append((p.acceptance.verified_steps, p._look_again, p.step))
+        return k, q
+
+    p.plan = recording
+    tv1, td1 = DEMO_COST[1]
+    _closed_loop(p, 1, lambda g, k: np.minimum(np.zeros(1, dtype=np.int64), k), lambda n, _r: tv1(n), td1,
+                 steps=200, warm=0, **_hidden(1))  # every draft rejected: no surprise, no shift
+    assert len(probes) >= 3, probes
+    (v1, look1, s1), (v2, look2, s2), (v3, look3, s3) = probes[:3]
+    assert look1 == v1 and v2 == v1 + 1 and s2 - s1 <= 2 and look2 is None  # the second look at once
+    assert look3 is None and s3 - s2 >= p.probe_every  # then one look each, at the budgeted spacing
