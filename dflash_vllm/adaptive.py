@@ -73,11 +73,10 @@ the last probe's brings one after ``LEVEL_PROBE_AFTER`` (8) steps without drafts
 load often comes with a change of traffic; at batch 1 probes are otherwise ~130 steps apart; a
 level 4x above waits for the budgeted spacing, ``_level_moved``; such a probe on a single row
 looks twice, the second once the first is verified, since a change of workload needs two rows).
-A probe drafts for
-``PROBE_ROWS`` (8) requests of a larger batch, those verified longest ago (``_probe_rows``), as deep
-as costs at most a quarter of a plain step more than one draft each (on CPU with a small batch:
-the whole block, so one probe measures every position), every other probe half as
-deep (so the slope in N and delta are told apart; a one-draft probe, as before, could not tell
+A probe drafts for ``PROBE_ROWS`` (8) requests of a larger batch, those verified longest ago
+(``_probe_rows``), as deep as costs at most a quarter of a plain step more than one draft each
+(on CPU with a small batch: the whole block, so one probe measures every position), every other
+probe half as deep (so the slope in N and delta are told apart; a one-draft probe, as before, could not tell
 prompts the drafter knows from ones it does not). Between probes, the steps that would plan no
 drafts without reading anything new form an idle window (``_idle_window``): each costs a few
 comparisons (``idle_step``), and the proposer hands their clocks over at the window's end.

@@ -1904,26 +1904,44 @@ def test_requests_closed_at_the_door_count_in_the_goodput():
     assert max(d for d, _, _ in rates) <= 0.08 and np.mean([x for _, x, _ in rates]) >= 0.97
 
 
+def _dormant_at_batch_64():
+    """A policy dormant at batch 64 on prompts the drafter does not know (first drafts accepted
+    ~1 in 5), with the engine's hidden costs, short requests and the door (all but 4 arrive
+    closed)."""
+    p = AdaptivePolicy(15)
+    rng = np.random.default_rng(0)
+    tv, td = DEMO_COST[64]
+    _closed_loop(p, 64, lambda g, k: np.minimum(rng.geometric(0.8, 64) - 1, k), lambda n, _r: tv(n), td,
+                 steps=800, warm=0, hidden_draft=tv(64), transient=0.5 * tv(64), sentinels=4, life=4)
+    return p
+
+
+def _record_plans(p, what):
+    """Wrap ``p.plan``: each plan's ``what(k, q)`` goes into the returned list (None: left out)."""
+    seen, plan = [], p.plan
+
+    def recording(ids, is_decode, **kw):
+        k, q = plan(ids, is_decode, **kw)
+        x = what(k, q)
+        if x is not None:
+            seen.append(x)
+        return k, q
+
+    p.plan = recording
+    return seen
+
+
 def test_a_probe_of_a_large_batch_drafts_for_a_sample_of_its_requests():
     """Dormant at batch 64 with every request holding drafter context (the door was open when
     they arrived: tasks c = 64 after c = 32, where the policy drafted): a probe drafts for
-    ``PROBE_ROWS`` requests, those with the least evidence of their own first, so successive
+    ``PROBE_ROWS`` requests, those verified longest ago (never verified first), so successive
     probes go round the batch. A probe of all 64 blocks cost ~2.5 plain steps in the engine
     (dormant adaptive ~7 % below K = 0 at tasks c = 64, session 38's full check); the sample
     answers what a probe asks (did the traffic change?) for a fraction of that."""
     p = AdaptivePolicy(15)
+    probes = _record_plans(p, lambda k, q: np.flatnonzero(k) if q and p.dormant else None)
     rng = np.random.default_rng(0)
     tv, td = DEMO_COST[64]
-    probes = []
-    plan = p.plan
-
-    def recording(ids, is_decode, **kw):
-        k, q = plan(ids, is_decode, **kw)
-        if q and p._optimum_cache is not None and not p._optimum_cache.drafts:
-            probes.append(np.flatnonzero(k))
-        return k, q
-
-    p.plan = recording
     _closed_loop(p, 64, lambda g, k: np.minimum(rng.geometric(0.8, 64) - 1, k), lambda n, _r: tv(n), td,
                  steps=1500, warm=0, hidden_draft=tv(64), transient=0.5 * tv(64))
     assert p.dormant and len(probes) >= 3
@@ -1940,21 +1958,9 @@ def test_a_load_that_falls_4x_gets_its_probe_within_a_few_steps():
     K = 15 in session 38's full checks). A probe at batch 1 costs about one plain step, and it
     comes once per move of the load: now after ``LEVEL_PROBE_AFTER`` (8) steps, once the level
     (a running mean over ~20 steps) has moved, ~6 steps after a fall from 64 to 1."""
-    p = AdaptivePolicy(15)
-    rng = np.random.default_rng(0)
-    tv, td = DEMO_COST[64]
-    _closed_loop(p, 64, lambda g, k: np.minimum(rng.geometric(0.8, 64) - 1, k), lambda n, _r: tv(n), td,
-                 steps=800, warm=0, hidden_draft=tv(64), transient=0.5 * tv(64), sentinels=4, life=4)
+    p = _dormant_at_batch_64()
     assert p.dormant
-    drafted = []
-    plan = p.plan
-
-    def recording(ids, is_decode, **kw):
-        k, q = plan(ids, is_decode, **kw)
-        drafted.append(q > 0)
-        return k, q
-
-    p.plan = recording
+    drafted = _record_plans(p, lambda k, q: q > 0)
     tv1, td1 = DEMO_COST[1]
     _simulate_hist(p, DEMO_HIST["tasks"], 1, tv1, td1, steps=40, warm=0, life=20, **_hidden(1))
     assert any(drafted) and drafted.index(True) <= 12, drafted
@@ -1967,21 +1973,9 @@ def test_a_fall_of_the_load_brings_one_level_probe_not_one_per_4x():
     at 21 with the rule's old 32-step wait; session 39). The probe's regime is now the lower of
     the level and the batch: one level probe (at batch 1 it looks twice, the second once the
     first is verified: ``test_a_level_probe_at_batch_1_looks_twice``), then the budgeted spacing."""
-    p = AdaptivePolicy(15)
-    rng = np.random.default_rng(0)
-    tv, td = DEMO_COST[64]
-    _closed_loop(p, 64, lambda g, k: np.minimum(rng.geometric(0.8, 64) - 1, k), lambda n, _r: tv(n), td,
-                 steps=800, warm=0, hidden_draft=tv(64), transient=0.5 * tv(64), sentinels=4, life=4)
+    p = _dormant_at_batch_64()
     assert p.dormant
-    steps = []
-    plan = p.plan
-
-    def recording(ids, is_decode, **kw):
-        k, q = plan(ids, is_decode, **kw)
-        steps.append("P" if q and p.dormant else ("#" if q else "."))
-        return k, q
-
-    p.plan = recording
+    steps = _record_plans(p, lambda k, q: "P" if q and p.dormant else ("#" if q else "."))
     tv1, td1 = DEMO_COST[1]
     _simulate_hist(p, DEMO_HIST["chat"], 1, tv1, td1, steps=100, warm=0, life=20, **_hidden(1))
     trace = "".join(steps)
@@ -1996,22 +1990,10 @@ def test_a_level_probe_at_batch_1_looks_twice():
     once it is verified; a budgeted probe, or one of a larger batch, does not (simulated in
     session 39, tasks at batch 1 after the weak cells, adaptive / K = 15: 0.946 -> 0.966 with
     ENGINE_COST, 0.932 -> 0.949 with DEMO_COST, 30 seeds; the weak cells unchanged)."""
-    p = AdaptivePolicy(15)
-    rng = np.random.default_rng(0)
-    tv, td = DEMO_COST[64]
-    _closed_loop(p, 64, lambda g, k: np.minimum(rng.geometric(0.8, 64) - 1, k), lambda n, _r: tv(n), td,
-                 steps=800, warm=0, hidden_draft=tv(64), transient=0.5 * tv(64), sentinels=4, life=4)
+    p = _dormant_at_batch_64()
     assert p.dormant
-    probes = []
-    plan = p.plan
-
-    def recording(ids, is_decode, **kw):
-        k, q = plan(ids, is_decode, **kw)
-        if q and p.dormant:
-            probes.append((p.acceptance.verified_steps, p._look_again, p.step))
-        return k, q
-
-    p.plan = recording
+    probes = _record_plans(p, lambda k, q: (p.acceptance.verified_steps, p._look_again, p.step)
+                           if q and p.dormant else None)
     tv1, td1 = DEMO_COST[1]
     _closed_loop(p, 1, lambda g, k: np.minimum(np.zeros(1, dtype=np.int64), k), lambda n, _r: tv1(n), td1,
                  steps=200, warm=0, **_hidden(1))  # every draft rejected: no surprise, no shift
