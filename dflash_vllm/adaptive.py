@@ -1198,7 +1198,7 @@ class AdaptivePolicy:
         # block, and one probe then measures every position's acceptance, not only the first.
         # (For PROBE_ROWS of a larger batch: _probe_rows.)
         rp = min(r, self.PROBE_ROWS)
-        t_probe_draft = cm.t_draft((rp if subset else num_reqs) * (caps + 1), num_reqs)
+        t_probe_draft = t_draft_all if rp == r or not subset else cm.t_draft(rp * (caps + 1), num_reqs)
         t_caps = cm.t_verify(n0, rp * caps) + t_probe_draft
         q_probe = int(caps[np.flatnonzero(t_caps <= t_caps[0] + 0.25 * t0)[-1]])
         i_probe = int(np.searchsorted(caps, q_probe))
