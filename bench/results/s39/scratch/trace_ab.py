@@ -4,6 +4,7 @@ in-process engine of the demo pair warmed as the bench warms it; per cell: mean 
 probes, measured probe losses, drafting calls, and the plan per step (# drafted, P probe, . plain).
 
     VLLM_ENABLE_V1_MULTIPROCESSING=0 python bench/results/s39/scratch/trace_ab.py [PASSES]
+    CELLS=code@64,chat@1,tasks@64,free@1 ... (session 40: other cells, SET@CONCURRENCY, in order)
 """
 import json
 import os
@@ -11,6 +12,10 @@ import sys
 import time
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+
+
+CELLS = [(w, int(c)) for w, c in (x.split("@") for x in
+         os.environ.get("CELLS", "tasks@1,tasks@64,free@1,free@64").split(","))]
 
 
 def main():
@@ -25,7 +30,7 @@ def main():
     envs.set(envs.FIXED_K, "adaptive")
     llm = P._engine(P._spec(), 64)
     tok = AutoTokenizer.from_pretrained(str(paths.DEMO_TARGET))
-    sets = {s: prompt_set(s, tok, 128)[1] for s in ("tasks", "free")}
+    sets = {s: prompt_set(s, tok, 128)[1] for s in sorted({w for w, _ in CELLS})}
     eos = [tok.eos_token_id]
 
     def reqs(n, max_tokens=160, which="tasks"):
@@ -51,7 +56,7 @@ def main():
     pol.plan, pol.on_draft_time = plan, on_draft_time
     drive(engine, reqs(4, 16), concurrency=2, id_prefix="warm-")
     for p in range(passes):
-        for which, c in (("tasks", 1), ("tasks", 64), ("free", 1), ("free", 64)):
+        for which, c in CELLS:
             m0, d0, pr0 = len(log), len(drafts), pol._probes
             t = time.perf_counter()
             out = drive(engine, reqs(max(16, 2 * c), which=which), concurrency=c, id_prefix=f"p{p}{which}c{c}-")
