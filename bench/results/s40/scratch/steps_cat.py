@@ -1,8 +1,5 @@
 """Per-step wall time by category: none's steps vs adaptive's dormant steps (no drafter forward this step,
-nor the one before or after) and steps around probes. In-process engine, chat/free prompts (session 40).
-
-    python bench/results/s40/scratch/steps_cat.py none|k0|adaptive CONCURRENCY [chat]
-"""
+nor the one before or after) and steps around probes. In-process engine, chat/free prompts."""
 import os, sys, time, json
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
@@ -16,7 +13,7 @@ def main():
     import numpy as np
     if mode != "none":
         envs.set(envs.FIXED_K, 0 if mode == "k0" else "adaptive")
-    llm = P._engine(None if mode == "none" else P._spec(), max(8, c))
+    llm = P._engine(None if mode == "none" else P._spec(), int(os.environ.get("MAXSEQS", max(8, c))))
     tok = AutoTokenizer.from_pretrained(str(paths.DEMO_TARGET))
     _, ids = prompt_set(which, tok, 3 * max(32, 2 * c))
     reqs = [{"prompt_token_ids": p, "max_tokens": 64, "ignore_eos": False, "stop_token_ids": [tok.eos_token_id]} for p in ids]
