@@ -1,8 +1,4 @@
-"""Session 40 (issue #10). Per-call wall time of the proposer's pieces (SplitTimer, nested: a caller's
-time includes its callees'), in-process engine, chat prompts; K = 0 pinned or adaptive.
-
-    python bench/results/s40/scratch/dormant_parts.py k0|adaptive CONCURRENCY
-"""
+"""Per-call wall time of the pieces of a dormant (K = 0) step, in-process engine, chat prompts."""
 import os, sys, time, json
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
@@ -14,10 +10,10 @@ def main():
     from dflash_vllm.driver import drive
     from dflash_vllm.prompts import prompt_set
     import dflash_vllm.proposers.dflash as D
-    envs.set(envs.FIXED_K, 0 if mode == "k0" else "adaptive")
+    envs.set(envs.FIXED_K, {"k0": 0, "k15": 15}.get(mode, "adaptive"))
     llm = P._engine(P._spec(), max(8, c))
     tok = AutoTokenizer.from_pretrained(str(paths.DEMO_TARGET))
-    _, ids = prompt_set("chat", tok, 3 * max(32, 2 * c))
+    _, ids = prompt_set(os.environ.get("SET", "chat"), tok, 3 * max(32, 2 * c))
     reqs = [{"prompt_token_ids": p, "max_tokens": 64, "ignore_eos": False, "stop_token_ids": [tok.eos_token_id]} for p in ids]
     n = len(reqs) // 3
     engine = llm.llm_engine
