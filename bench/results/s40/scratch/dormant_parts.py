@@ -1,4 +1,9 @@
-"""Per-call wall time of the pieces of a dormant (K = 0) step, in-process engine, chat prompts."""
+"""Session 40 (issues #10, #12). Per-call wall time of the proposer's pieces (SplitTimer, nested: a caller's
+time includes its callees'), in-process engine; K = 0 pinned, K = 15 pinned or adaptive; chat prompts
+unless SET names another set.
+
+    [SET=tasks] python bench/results/s40/scratch/dormant_parts.py k0|k15|adaptive CONCURRENCY
+"""
 import os, sys, time, json
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
