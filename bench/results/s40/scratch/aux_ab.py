@@ -1,5 +1,8 @@
 """Session 40 (issue #10): what the target's auxiliary hidden-state capture costs a step, one K = 0 engine,
-alternated: the drafting call stubbed out in both variants, aux capture on (as shipped) or off."""
+alternated: the drafting call stubbed out in both variants, aux capture on (as shipped) or off.
+
+    python bench/results/s40/scratch/aux_ab.py CONCURRENCY TRIALS [chat]
+"""
 import os, sys, time
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 def main():

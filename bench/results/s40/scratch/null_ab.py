@@ -1,5 +1,11 @@
-"""Bound on the dormant step's host work (K = 0 pinned, one engine, alternated): as shipped; with the context
-queueing skipped (_skip_forward a no-op); with the whole drafting call a stub returning empty lists."""
+"""Session 40 (issue #10). What the drafting call costs a weak workload, one engine, variants alternated
+(rotated order per trial; execute_model timed too): as shipped; with the context queueing skipped
+(_skip_forward a no-op); with the whole drafting call a stub returning empty lists (no drafter work of any
+kind: the bound). MODE=0 (K = 0 pinned, default) or MODE=adaptive; WARM=N warm-up requests first (8; 64
+lets the policy settle).
+
+    [MODE=adaptive] [WARM=64] python bench/results/s40/scratch/null_ab.py CONCURRENCY TRIALS [chat|free|...]
+"""
 import os, sys, time
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 def main():

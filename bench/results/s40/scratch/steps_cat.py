@@ -1,5 +1,8 @@
 """Per-step wall time by category: none's steps vs adaptive's dormant steps (no drafter forward this step,
-nor the one before or after) and steps around probes. In-process engine, chat/free prompts."""
+nor the one before or after) and steps around probes. In-process engine, chat/free prompts (session 40).
+
+    [MAXSEQS=N] python bench/results/s40/scratch/steps_cat.py none|k0|adaptive CONCURRENCY [chat]
+"""
 import os, sys, time, json
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
