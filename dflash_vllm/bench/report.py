@@ -271,6 +271,28 @@ def adaptive_check(result: dict) -> list[dict]:
     return rows
 
 
+def replica_control(result: dict, goal: float = 0.97) -> dict | None:
+    """The A/A control of a run with replicas of ``none`` (``none#2``, ...: the same configuration
+    in another engine process, run in the same rotation): each replica over ``none`` per cell,
+    which is what the per-cell goal reads for a method exactly as fast as no speculation. How
+    many of those cells fall below ``goal``, and their range, say how far this run's per-cell
+    ratios can be trusted: in session 41 (3 repeats, 16 requests per cell run) a replica read
+    0.83-1.27 of ``none`` and fell below 0.97 in 14 of 56 cells; with 64 requests, 8 of 14 weak
+    cells (``bench/results/s41``). None without replicas."""
+    cells = result["cells"]
+    reps = sorted({c["method"] for c in cells if c["method"].startswith("none#")})
+    ratios = []
+    for c in cells:
+        if c["method"] in reps and c.get("output_tokens_per_s"):
+            b = _cell(cells, "none", c["prompt_set"], c["concurrency"])
+            if b and b.get("output_tokens_per_s"):
+                ratios.append(c["output_tokens_per_s"] / b["output_tokens_per_s"])
+    if not ratios:
+        return None
+    return {"replicas": reps, "goal": goal, "cells": len(ratios), "below_goal": sum(r < goal for r in ratios),
+            "range": [round(min(ratios), 3), round(max(ratios), 3)], "geomean": round(_geomean(ratios), 3)}
+
+
 def adaptive_tables(result: dict) -> list[str]:
     cells = result["cells"]
     lines = []
@@ -301,6 +323,12 @@ def adaptive_tables(result: dict) -> list[str]:
         bad = [r for r in rows if not r["ok"]]
         lines.append(f"\n{len(rows) - len(bad)} of {len(rows)} cells meet both goals" +
                      (": misses " + ", ".join(f"{r['prompt_set']}/c{r['concurrency']}" for r in bad) if bad else ""))
+        aa = replica_control(result)
+        if aa:
+            lines.append(f"A/A control: {', '.join(aa['replicas'])} (no speculation, other engine processes) over none "
+                         f"per cell {aa['range'][0]:.3f}-{aa['range'][1]:.3f} (geometric mean {aa['geomean']:.3f}); "
+                         f"{aa['below_goal']} of {aa['cells']} replica cells below {aa['goal']}: a method exactly as "
+                         f"fast as none misses the per-cell goal that often in this run")
         ho = [r["vs_best_fixed_held_out"] for r in rows if r.get("vs_best_fixed_held_out")]
         if ho:
             ins = [r["vs_best_fixed"] for r in rows if r.get("vs_best_fixed_held_out") and r.get("vs_best_fixed")]

@@ -259,4 +259,7 @@ def run(args) -> dict:  # args: a BenchConfig
         "cells": out_cells,
     }
     result["adaptive_check"] = report.adaptive_check(result)  # [] without `ours` in the run
+    aa = report.replica_control(result)  # with none#N in the run: the A/A control
+    if aa:
+        result["replica_control"] = aa
     return result

@@ -79,3 +79,33 @@ def test_a_replica_is_its_methods_configuration_in_another_process_and_no_fixed_
                         cell("ours@k=0#2", [130] * 3)]}
     (row,) = adaptive_check(result)
     assert row["best_fixed"] == "ours@k=0"
+
+
+def test_context_sweep_length_growth_is_longest_over_shortest_context_per_method_and_batch():
+    from dflash_vllm.bench.context_sweep import length_growth
+
+    cells = {f"ctx{c}_b{b}": {m: {"draft_ms": base * (1 + c / 1024) * b} for m, base in (("ours", 2.0), ("native", 3.0))}
+             for c in (256, 2048, 8192) for b in (1, 8)}
+    g = length_growth(cells, ["ours", "native"], [2048, 256, 8192], [1, 8])
+    want = (1 + 8192 / 1024) / (1 + 256 / 1024)
+    assert set(g) == {"ours", "native"} and set(g["ours"]) == {"1", "8"}
+    assert all(abs(g[m][b] - round(want, 3)) < 1e-9 for m in g for b in g[m])
+    assert length_growth(cells, ["ours"], [256], [1]) == {}  # one context: nothing to grow from
+
+
+def test_replica_control_reads_each_none_replica_against_none_per_cell():
+    from dflash_vllm.bench.report import adaptive_tables, replica_control
+
+    def cell(method, ps, conc, tps):
+        return {"prompt_set": ps, "concurrency": conc, "method": method, "output_tokens_per_s": tps,
+                "tokens_per_s_per_repeat": [tps, tps]}
+
+    cells = [cell("none", "chat", 1, 100.0), cell("none#2", "chat", 1, 90.0), cell("none#3", "chat", 1, 110.0),
+             cell("none", "free", 8, 200.0), cell("none#2", "free", 8, 198.0), cell("none#3", "free", 8, 250.0),
+             cell("ours@adaptive", "chat", 1, 95.0), cell("ours@adaptive", "free", 8, 190.0)]
+    aa = replica_control({"cells": cells})
+    assert aa["replicas"] == ["none#2", "none#3"] and aa["cells"] == 4
+    assert aa["below_goal"] == 1 and aa["range"] == [0.9, 1.25]  # only 90 / 100 is below 0.97
+    assert any(line.startswith("A/A control: none#2, none#3") and "1 of 4 replica cells below 0.97" in line
+               for line in adaptive_tables({"cells": cells}))
+    assert replica_control({"cells": [c for c in cells if "#" not in c["method"]]}) is None
