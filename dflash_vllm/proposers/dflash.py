@@ -500,7 +500,12 @@ def _queued_features(aux_hidden_states, n: int) -> torch.Tensor:
     the target forward read 1.02-1.05x none's held against 1.00-1.01x copied, the whole step
     0.913-0.948 of none's held (three runs) against 0.946 and 0.966 copied, with the copy's
     host time within the noise. (A buffer a later step writes into could not be held anyway.)"""
-    return torch.cat([h[:n] for h in aux_hidden_states], dim=-1)
+    return torch.cat([_rows(h, n) for h in aux_hidden_states], dim=-1)
+
+
+def _rows(t: torch.Tensor, n: int) -> torch.Tensor:
+    """``t[:n]``, without the slicing call where ``t`` has ``n`` rows already (see _plan_then_propose)."""
+    return t if t.shape[0] == n else t[:n]
 
 
 def _row_positions(counts: np.ndarray, starts: np.ndarray) -> np.ndarray:
@@ -694,10 +699,14 @@ class DFlashProposer(SpecDecodeBaseProposer):
             # Under async scheduling the skipped preparation would also feed the next step's
             # input corrections; there K is fixed anyway (the policy is off).
             if (q == 0 and aux_hidden_states is not None and runner.valid_sampled_token_count_event is None):
-                qsl = common_attn_metadata.query_start_loc_cpu[: num_reqs + 1].numpy()
+                # (PyTorch calls on these 1-64-row tensors cost ~5-8 us each right after the target
+                # forward, and this step's host work is what a K = 0 step pays over a plain one, all
+                # of it (session 41, bench/results/s41/k0-stub.json): numpy views and no slice of a
+                # tensor that already has the rows wanted.)
+                qsl = common_attn_metadata.query_start_loc_cpu.numpy()[: num_reqs + 1]
                 req_ids, counts = runner.input_batch.req_ids[:num_reqs], qsl[1:] - qsl[:-1]
                 starts = runner.input_batch.num_computed_tokens_cpu[:num_reqs].copy()  # first positions
-                positions, slots = runner._get_positions(n), common_attn_metadata.slot_mapping[:n]
+                positions, slots = runner._get_positions(n), _rows(common_attn_metadata.slot_mapping, n)
                 keep = queue.needed(req_ids, counts, starts)
                 if keep is None:
                     features = _queued_features(aux_hidden_states, n)
@@ -918,8 +927,8 @@ class DFlashProposer(SpecDecodeBaseProposer):
                 else:
                     feats = features[:num_tokens].clone()
                 req_ids, counts, *starts = owners if owners is not None else ([""], np.array([num_tokens]))
-                queue.add(feats, positions[:num_tokens].clone(), slot_mapping[:num_tokens].clone(), req_ids, counts,
-                          starts[0] if starts else None)
+                queue.add(feats, _rows(positions, num_tokens).clone(), _rows(slot_mapping, num_tokens).clone(), req_ids,
+                          counts, starts[0] if starts else None)
                 return
         self._flush_queue()
         self.model.write_context_kv(_dense(features)[:num_tokens], positions[:num_tokens], slot_mapping[:num_tokens])
