@@ -8,6 +8,9 @@ import sys
 
 def main():
     cfg = json.loads(sys.argv[1])
+    old = cfg.get("env", {}).get("S41_CODE")
+    if old:  # another checkout's dflash_vllm (e.g. a git worktree of the commit before a change)
+        sys.path.insert(0, old)
     if cfg.get("env", {}).get("S41_STUB") == "1":
         from dflash_vllm.proposers.dflash import DFlashProposer
 
@@ -16,7 +19,10 @@ def main():
             return [[] for _ in range(self._runner.input_batch.num_reqs)]
 
         DFlashProposer._plan_then_propose = stub
+    import dflash_vllm
     from dflash_vllm.bench import worker
+
+    print(f"stub_worker: dflash_vllm from {dflash_vllm.__file__}", file=sys.stderr, flush=True)
 
     sys.exit(worker.main())
 
