@@ -265,16 +265,17 @@ class ContextQueue:
                 self._started.pop(r, None)
 
     def add(self, features, positions, slot_mapping, req_ids: list[str], counts: np.ndarray,
-            starts: np.ndarray | None = None) -> None:
+            starts: np.ndarray | None = None, checked: bool = False) -> None:
         """Queue one step's rows: ``counts[i]`` rows of request ``req_ids[i]``, in order, at
-        positions ``starts[i]`` onward (host-side; needed with prefix caching only)."""
+        positions ``starts[i]`` onward (host-side; needed with prefix caching only). ``checked``:
+        the caller passes only rows ``kept_rows`` keeps (the K = 0 step: not checked twice)."""
         if self.block_size is not None:
             if starts is None:  # positions unknown: nothing of these rows may be dropped
                 req_ids, counts = [""], np.array([int(np.sum(counts))])
             else:
                 self._length.update(zip(req_ids, (starts + counts).tolist()))
         e = (self._step, features, positions, slot_mapping, req_ids, counts, starts, None)
-        keep = self.needed(req_ids, counts, starts)  # nobody will read an incomplete request's rows
+        keep = None if checked else self.needed(req_ids, counts, starts)  # nobody reads an incomplete request's rows
         if keep is not None:  # (with prefix caching: its rows before its cut are read)
             e = _subset(e, keep, per_row=True)
             self.shed_rows += _num_rows(features) - (_live_rows(e) if e is not None else 0)
@@ -283,18 +284,28 @@ class ContextQueue:
         self.entries.append(e)
         self.rows += _live_rows(e)
 
-    def needed(self, req_ids: list[str], counts: np.ndarray, starts: np.ndarray | None) -> np.ndarray | None:
-        """Which of a step's rows ``add`` would keep (a mask over rows), or None for all: the rows
-        of incomplete requests (from their cut on, with prefix caching) are dropped before the
-        features are even gathered (at batch 64, most of a K = 0 step's rows once they are shed)."""
+    def kept_rows(self, req_ids: list[str], counts: np.ndarray, starts: np.ndarray | None) -> np.ndarray | None:
+        """How many of each request's rows of a step ``add`` would keep (its first ones), or None
+        for all: an incomplete request's rows are dropped (with prefix caching, those from its
+        cut on; its rows are at positions ``starts[i]`` on) before the features are even
+        gathered (at batch 64, most of a K = 0 step's rows once they are shed)."""
         inc = self.incomplete
-        if not inc or not any(r in inc for r in req_ids):
+        if not inc or inc.isdisjoint(req_ids):  # (in C: the common case costs ~1 us)
             return None
-        live = np.fromiter((r not in inc for r in req_ids), dtype=bool, count=len(req_ids))
-        if self._cut and starts is not None:
-            cut = np.array([self._cut.get(r, 0) for r in req_ids])
-            return np.repeat(live, counts) | (_row_positions(counts, starts) < np.repeat(cut, counts))
-        return np.repeat(live, counts)
+        # (Python lists over the batch's 1-64 requests: a few numpy calls on arrays this small
+        # cost more, most of all right after the target forward, where this runs.)
+        cn, cut = counts.tolist(), self._cut
+        if cut and starts is not None:
+            get = cut.get
+            kept = [c if r not in inc else min(max(get(r, 0) - s0, 0), c) for r, s0, c in zip(req_ids, starts.tolist(), cn)]
+        else:
+            kept = [0 if r in inc else c for r, c in zip(req_ids, cn)]
+        return None if kept == cn else np.array(kept, dtype=counts.dtype)
+
+    def needed(self, req_ids: list[str], counts: np.ndarray, starts: np.ndarray | None) -> np.ndarray | None:
+        """Which of a step's rows ``add`` would keep (a mask over rows), or None for all (``kept_rows``)."""
+        kept = self.kept_rows(req_ids, counts, starts)
+        return None if kept is None else _first_rows(counts, kept)
 
     def prune(self) -> None:
         """Drop the rows of requests that ended after their rows were queued (with prefix
@@ -508,6 +519,14 @@ def _rows(t: torch.Tensor, n: int) -> torch.Tensor:
     return t if t.shape[0] == n else t[:n]
 
 
+def _first_rows(counts: np.ndarray, kept: np.ndarray) -> np.ndarray:
+    """A mask over a step's rows (``counts[i]`` per request, in order): the first ``kept[i]`` of each request's."""
+    if (counts == 1).all():  # one row each (decode): no expansion
+        return kept > 0
+    first = np.cumsum(counts) - counts
+    return np.arange(int(counts.sum())) < np.repeat(first + kept, counts)
+
+
 def _row_positions(counts: np.ndarray, starts: np.ndarray) -> np.ndarray:
     """Each row's position, for rows queued ``counts[i]`` per request from ``starts[i]`` on."""
     first = np.cumsum(counts) - counts
@@ -707,13 +726,12 @@ class DFlashProposer(SpecDecodeBaseProposer):
                 req_ids, counts = runner.input_batch.req_ids[:num_reqs], qsl[1:] - qsl[:-1]
                 starts = runner.input_batch.num_computed_tokens_cpu[:num_reqs].copy()  # first positions
                 positions, slots = runner._get_positions(n), _rows(common_attn_metadata.slot_mapping, n)
-                keep = queue.needed(req_ids, counts, starts)
-                if keep is None:
+                kept = queue.kept_rows(req_ids, counts, starts)
+                if kept is None:
                     features = _queued_features(aux_hidden_states, n)
                 else:  # rows of incomplete requests (ContextQueue): never copied
-                    rows = np.flatnonzero(keep)
+                    rows = np.flatnonzero(_first_rows(counts, kept))
                     queue.shed_rows += n - len(rows)
-                    kept = np.bincount(np.repeat(np.arange(num_reqs), counts)[keep], minlength=num_reqs)
                     sel = kept > 0
                     req_ids, counts, starts = [r for r, x in zip(req_ids, sel) if x], kept[sel], starts[sel]
                     idx = torch.from_numpy(rows).to(positions.device)
@@ -721,7 +739,7 @@ class DFlashProposer(SpecDecodeBaseProposer):
                     features = _Parts(h[idx] for h in aux_hidden_states) if n else None
                     positions, slots = positions[idx], slots[idx]
                 if n:
-                    self._skip_forward(features, positions, slots, n, (req_ids, counts, starts))
+                    self._skip_forward(features, positions, slots, n, (req_ids, counts, starts, True))
                 else:
                     self.num_skipped_forwards += 1
                 self._skipped_step = True  # nothing to hand the scheduler (see _take_drafts)
@@ -894,8 +912,9 @@ class DFlashProposer(SpecDecodeBaseProposer):
         """The one K = 0 step (every request submits 0 drafts): no drafter forward; the context
         K/V of the tokens just verified is queued, to be written before the next block forward
         (``owners``: the batch's request ids, rows per request and, with prefix caching, each
-        request's first position, so that the rows of requests that end first are dropped;
-        None: never dropped)."""
+        request's first position, so that the rows of requests that end first are dropped, and
+        optionally True where only rows ``ContextQueue.kept_rows`` keeps are passed; None: never
+        dropped)."""
         self._write_context(features, positions, slot_mapping, num_tokens, defer=True, owners=owners)
         self.num_skipped_forwards += 1
 
@@ -909,7 +928,7 @@ class DFlashProposer(SpecDecodeBaseProposer):
         if defer:
             row_bytes = _row_bytes(features)
             limit = min(_MAX_DEFERRED, max(256, _MAX_DEFERRED_BYTES // max(row_bytes, 1)))
-            fits = queue.rows + num_tokens <= limit
+            fits = fits_at_once = queue.rows + num_tokens <= limit
             if not fits:
                 queue.prune()  # the rows of requests that ended are never written
                 # Defer again only once half the limit is free (pruning again a few steps later
@@ -926,9 +945,12 @@ class DFlashProposer(SpecDecodeBaseProposer):
                     feats = features
                 else:
                     feats = features[:num_tokens].clone()
-                req_ids, counts, *starts = owners if owners is not None else ([""], np.array([num_tokens]))
+                req_ids, counts, *rest = owners if owners is not None else ([""], np.array([num_tokens]))
+                # (rows the caller kept by ``kept_rows`` need no second check, unless a shed since
+                # made more requests incomplete)
+                checked = len(rest) > 1 and rest[1] and fits_at_once
                 queue.add(feats, _rows(positions, num_tokens).clone(), _rows(slot_mapping, num_tokens).clone(), req_ids,
-                          counts, starts[0] if starts else None)
+                          counts, rest[0] if rest else None, checked=checked)
                 return
         self._flush_queue()
         self.model.write_context_kv(_dense(features)[:num_tokens], positions[:num_tokens], slot_mapping[:num_tokens])

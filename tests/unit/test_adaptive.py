@@ -1082,6 +1082,40 @@ def test_context_queue_sheds_the_oldest_requests_when_full_never_protected_ones(
     assert feats[:, 0].long().tolist() == kept  # s's and c's rows, in step order
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_the_rows_a_k0_step_keeps_are_an_incomplete_requests_rows_before_its_cut(seed):
+    """``ContextQueue.kept_rows`` (per request, what a K = 0 step gathers) and ``needed`` (the
+    mask over rows) against the rule written out row by row: a live request keeps every row,
+    an incomplete one those at positions below its cut (none without a cut); None when every
+    row is kept. Random batches of decode rows and of several rows per request."""
+    from dflash_vllm.proposers.dflash import ContextQueue
+
+    rng = np.random.default_rng(seed)
+    for _ in range(200):
+        q = ContextQueue(block_size=16)
+        n = int(rng.integers(1, 12))
+        ids = [f"r{i}" for i in range(n)]
+        counts = np.ones(n, dtype=np.int32) if rng.random() < 0.5 else rng.integers(0, 5, n).astype(np.int32)
+        starts = rng.integers(0, 64, n).astype(np.int32)
+        for r in ids:
+            if rng.random() < 0.4:
+                q.incomplete.add(r)
+                if rng.random() < 0.7:
+                    q._cut[r] = int(rng.integers(0, 80))
+        want = [p < q._cut.get(r, 0) if r in q.incomplete else True
+                for r, c, s0 in zip(ids, counts.tolist(), starts.tolist()) for p in range(s0, s0 + c)]
+        kept, mask = q.kept_rows(ids, counts, starts), q.needed(ids, counts, starts)
+        if all(want):
+            assert kept is None and mask is None
+            continue
+        assert mask.tolist() == want
+        assert kept.tolist() == [sum(w for w, o in zip(want, np.repeat(np.arange(n), counts)) if o == i) for i in range(n)]
+        if not q._cut:  # without prefix caching's cuts: an incomplete request keeps nothing
+            q2 = ContextQueue()
+            q2.incomplete = set(q.incomplete)
+            assert q2.needed(ids, counts, None).tolist() == np.repeat([r not in q.incomplete for r in ids], counts).tolist()
+
+
 def test_k0_steps_shed_context_at_the_limit_instead_of_writing_it(monkeypatch):
     """A long run of K = 0 steps fills the deferred-context queue: the proposer then sheds the
     oldest requests (never drafted for again) instead of writing their context, and the plan
@@ -1263,7 +1297,7 @@ def test_every_second_of_a_step_is_in_one_clock_of_the_policy_but_the_deferred_c
         _call_end=None, _plan_start=None, _overhead=0.0, _flush_s=0.0, _draft_timing=None, _idle_clocks=[],
         num_drafter_forwards=0, num_skipped_forwards=0)
     add = self._ctx_queue.add
-    self._ctx_queue.add = lambda *a: (tick(COPY), add(*a))
+    self._ctx_queue.add = lambda *a, **k: (tick(COPY), add(*a, **k))
 
     def propose_ids(so, sampled, sm, hidden, sample_hidden, aux, spec, cad, slots):  # the runner's, calling propose()
         tick(PREP)

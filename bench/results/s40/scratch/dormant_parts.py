@@ -30,8 +30,9 @@ def main():
     for name in ("_plan_then_propose", "_plan", "_idle_plan", "_skip_forward", "_write_context", "_catch_up", "_observe_draft_time", "_flush_queue", "propose", "_sample_draft_tokens"):
         t.wrap(d, name, name)
     q = d._ctx_queue
-    for name in ("end", "schedule", "needed", "add", "take", "prune", "shed"):
-        t.wrap(q, name, "q." + name)
+    for name in ("end", "schedule", "needed", "kept_rows", "add", "take", "prune", "shed"):
+        if hasattr(q, name):  # (kept_rows: session 42 on)
+            t.wrap(q, name, "q." + name)
     t.wrap(d.policy, "idle_step", "policy.idle_step")
     t.wrap(d.policy, "plan", "policy.plan")
     t.wrap(d.model, "write_context_kv", "model.write_context_kv"); t.wrap(d.model, "forward_block", "model.forward_block")
