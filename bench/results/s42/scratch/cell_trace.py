@@ -3,7 +3,8 @@ rotation, for repeats of tasks, code, chat, free at c = 1..64 on one in-process 
 requests: max(16, 2c) per cell, 160 tokens at most). Per cell: tok/s, mean submitted K (over
 decoding requests, every step), and at the cell's end the server-wide survival curve the policy
 reads for a request it has never seen, the modelled T_v of a plain step and of K = 3, 7, 15 drafts
-per request, and the modelled drafting call for K = 3 and 15.
+per request, and the modelled drafting call for K = 3 and 15; and the steps that drafted (drafter
+forwards: the rest were plain, prefill-only or idle-window steps).
 
     python bench/results/s42/scratch/cell_trace.py [REPEATS] [SETS] [CONCURRENCIES]
 """
@@ -33,6 +34,14 @@ def main():
                    for p in prompts[sets[0]][:4]], concurrency=2, id_prefix="warm-")
     d = engine.engine_core.engine_core.model_executor.driver_worker.worker.model_runner.drafter
     pol = d.policy
+    plans = []  # q of every full plan (the idle window's steps are plain too: counted apart)
+    orig_plan = pol.plan
+
+    def plan(*a, **k):
+        kk, q = orig_plan(*a, **k)
+        plans.append(q)
+        return kk, q
+    pol.plan = plan
     for rep in range(reps):
         for s in sets:
             for c in concs:
@@ -40,6 +49,7 @@ def main():
                 reqs = [{"prompt_token_ids": prompts[s][i], "max_tokens": 160, "stop_token_ids": eos,
                          "ignore_eos": False} for i in range(n)]
                 h0 = d.submitted_hist.copy()
+                p0, f0 = len(plans), d.num_drafter_forwards
                 t = time.perf_counter()
                 res = drive(engine, reqs, concurrency=c, id_prefix=f"{s}{c}r{rep}-")
                 wall = time.perf_counter() - t
@@ -51,7 +61,9 @@ def main():
                 R = c
                 tv = [1e3 * float(cm.t_verify(R, R * k)) for k in (0, 3, 7, 15)] if cm.ready else []
                 td = [1e3 * float(cm.t_draft(R * (k + 1), R)) for k in (3, 15)] if cm.ready else []
-                print(f"[{rep + 1}] {s:5} c={c:<3} {toks / wall:7.0f} tok/s steps {len(res['steps']):4d} meanK {mk:5.2f} | "
+                drafted = d.num_drafter_forwards - f0
+                print(f"[{rep + 1}] {s:5} c={c:<3} {toks / wall:7.0f} tok/s steps {len(res['steps']):4d} meanK {mk:5.2f} "
+                      f"drafted steps {drafted:3d} | "
                       f"surv {surv} | T_v K0/3/7/15 {' '.join(f'{x:.1f}' for x in tv)} | T_d K3/15 "
                       f"{' '.join(f'{x:.1f}' for x in td)}", flush=True)
 
