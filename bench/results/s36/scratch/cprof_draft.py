@@ -1,8 +1,9 @@
 """Session 36: cProfile of the drafting calls only (propose_draft_token_ids), ours at fixed K = 15.
 
-    VLLM_ENABLE_V1_MULTIPROCESSING=0 python bench/results/s36/scratch/cprof_draft.py [CONC] [--native]
+    VLLM_ENABLE_V1_MULTIPROCESSING=0 python bench/results/s36/scratch/cprof_draft.py [CONC] [--native] [--cumulative]
 
-Prints the 30 functions with the most own time (tottime) per drafting call."""
+Prints the 30 functions with the most own time (tottime) per drafting call; with --cumulative
+(session 42), the most time including their callees (cumtime)."""
 import cProfile
 import pstats
 import sys
@@ -43,10 +44,11 @@ def main():
     drive(llm.llm_engine, reqs, concurrency=conc)
     n = calls[0] - 20
     st = pstats.Stats(prof)
-    rows = sorted(st.stats.items(), key=lambda kv: -kv[1][2])[:30]
-    print(f"{n} profiled drafting calls; own time per call (us), calls per call, function")
+    cum = "--cumulative" in sys.argv
+    rows = sorted(st.stats.items(), key=lambda kv: -kv[1][3 if cum else 2])[:30]
+    print(f"{n} profiled drafting calls; {'cumulative' if cum else 'own'} time per call (us), calls per call, function")
     for (f, line, name), (cc, nc, tt, ct, _) in rows:
-        print(f"{1e6 * tt / n:8.1f} {nc / n:6.1f}  {f.split('site-packages/')[-1].split('/work/main/')[-1]}:{line} {name}")
+        print(f"{1e6 * (ct if cum else tt) / n:8.1f} {nc / n:6.1f}  {f.split('site-packages/')[-1].split('/work/main/')[-1]}:{line} {name}")
 
 
 if __name__ == "__main__":

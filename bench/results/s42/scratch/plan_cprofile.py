@@ -1,7 +1,7 @@
 """Session 42 (issue #10): cProfile of the adaptive policy's full plans (AdaptivePolicy.plan, the
-non-idle steps) and of the idle window's catch-up, in-process, chat prompts. For proportions only.
+non-idle steps) and of the idle window's catch-up, in-process, chat prompts unless PROMPT_SET. For proportions only.
 
-    python bench/results/s42/scratch/plan_cprofile.py CONCURRENCY
+    python bench/results/s42/scratch/plan_cprofile.py CONCURRENCY [PROMPT_SET]
 """
 import cProfile
 import os
@@ -20,7 +20,7 @@ def main():
     envs.set(envs.FIXED_K, "adaptive")
     llm = P._engine(P._spec(), max(8, c))
     tok = AutoTokenizer.from_pretrained(str(paths.DEMO_TARGET))
-    _, ids = prompt_set("chat", tok, 3 * max(32, 2 * c))
+    _, ids = prompt_set(sys.argv[2] if len(sys.argv) > 2 else "chat", tok, 3 * max(32, 2 * c))
     reqs = [{"prompt_token_ids": p, "max_tokens": 64, "ignore_eos": False, "stop_token_ids": [tok.eos_token_id]} for p in ids]
     n = len(reqs) // 3
     engine = llm.llm_engine
