@@ -739,7 +739,7 @@ class DFlashProposer(SpecDecodeBaseProposer):
                     features = _Parts(h[idx] for h in aux_hidden_states) if n else None
                     positions, slots = positions[idx], slots[idx]
                 if n:
-                    self._skip_forward(features, positions, slots, n, (req_ids, counts, starts, True))
+                    self._skip_forward(features, positions, slots, n, (req_ids, counts, starts), checked=True)
                 else:
                     self.num_skipped_forwards += 1
                 self._skipped_step = True  # nothing to hand the scheduler (see _take_drafts)
@@ -908,17 +908,17 @@ class DFlashProposer(SpecDecodeBaseProposer):
             seconds = b - a
         self.policy.on_draft_time(seconds, block_tokens, num_reqs)
 
-    def _skip_forward(self, features, positions, slot_mapping, num_tokens: int, owners=None) -> None:
+    def _skip_forward(self, features, positions, slot_mapping, num_tokens: int, owners=None, checked: bool = False) -> None:
         """The one K = 0 step (every request submits 0 drafts): no drafter forward; the context
         K/V of the tokens just verified is queued, to be written before the next block forward
         (``owners``: the batch's request ids, rows per request and, with prefix caching, each
-        request's first position, so that the rows of requests that end first are dropped, and
-        optionally True where only rows ``ContextQueue.kept_rows`` keeps are passed; None: never
-        dropped)."""
-        self._write_context(features, positions, slot_mapping, num_tokens, defer=True, owners=owners)
+        request's first position, so that the rows of requests that end first are dropped; None:
+        never dropped; ``checked``: only rows ``ContextQueue.kept_rows`` keeps are passed)."""
+        self._write_context(features, positions, slot_mapping, num_tokens, defer=True, owners=owners, checked=checked)
         self.num_skipped_forwards += 1
 
-    def _write_context(self, features, positions, slot_mapping, num_tokens: int, defer: bool, owners=None) -> None:
+    def _write_context(self, features, positions, slot_mapping, num_tokens: int, defer: bool, owners=None,
+                       checked: bool = False) -> None:
         """Context K/V of the tokens the target just ran. Deferred on steps that skip the drafter
         forward (a K = 0 step then costs a plain decode step: on CPU the write's ~20 small ops
         are a fifth of a small model's step) and written, in step order, in one batch before the
@@ -945,12 +945,11 @@ class DFlashProposer(SpecDecodeBaseProposer):
                     feats = features
                 else:
                     feats = features[:num_tokens].clone()
-                req_ids, counts, *rest = owners if owners is not None else ([""], np.array([num_tokens]))
+                req_ids, counts, *starts = owners if owners is not None else ([""], np.array([num_tokens]))
                 # (rows the caller kept by ``kept_rows`` need no second check, unless a shed since
                 # made more requests incomplete)
-                checked = len(rest) > 1 and rest[1] and fits_at_once
                 queue.add(feats, _rows(positions, num_tokens).clone(), _rows(slot_mapping, num_tokens).clone(), req_ids,
-                          counts, rest[0] if rest else None, checked=checked)
+                          counts, starts[0] if starts else None, checked=checked and fits_at_once)
                 return
         self._flush_queue()
         self.model.write_context_kv(_dense(features)[:num_tokens], positions[:num_tokens], slot_mapping[:num_tokens])

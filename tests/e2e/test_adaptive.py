@@ -137,11 +137,11 @@ demo = sys.argv[1]
 envs.set(envs.FIXED_K, 0)
 deferred = []
 write = DFlashProposer._write_context
-def spy(self, features, positions, slot_mapping, num_tokens, defer, owners=None):
+def spy(self, features, positions, slot_mapping, num_tokens, defer, owners=None, **kw):
     if defer and not deferred:  # P's prompt, on a K = 0 step
         feats = torch.cat(features, dim=-1) if isinstance(features, (list, tuple)) else features  # _Parts: by layer
         deferred.append((feats[:num_tokens].clone(), positions[:num_tokens].clone(), slot_mapping[:num_tokens].clone()))
-    return write(self, features, positions, slot_mapping, num_tokens, defer, owners)
+    return write(self, features, positions, slot_mapping, num_tokens, defer, owners, **kw)
 DFlashProposer._write_context = spy
 ''' + _DEMO_ENGINE + r'''
 if __name__ == "__main__":

@@ -1116,10 +1116,15 @@ def test_the_rows_a_k0_step_keeps_are_an_incomplete_requests_rows_before_its_cut
             assert q2.needed(ids, counts, None).tolist() == np.repeat([r not in q.incomplete for r in ids], counts).tolist()
 
 
-def test_k0_steps_shed_context_at_the_limit_instead_of_writing_it(monkeypatch):
+@pytest.mark.parametrize("checked", [False, True], ids=["unchecked", "checked"])
+def test_k0_steps_shed_context_at_the_limit_instead_of_writing_it(monkeypatch, checked):
     """A long run of K = 0 steps fills the deferred-context queue: the proposer then sheds the
     oldest requests (never drafted for again) instead of writing their context, and the plan
-    leaves them out; this step's own rows are written only if they alone cannot fit."""
+    leaves them out; this step's own rows are written only if they alone cannot fit. The same
+    when the caller checked the step's rows (``kept_rows``, as a K = 0 step does) before the
+    shed: a request shed in the same call loses this step's row too."""
+    import torch
+
     from dflash_vllm.proposers import dflash as prop
 
     monkeypatch.setattr(prop, "_MAX_DEFERRED", 16)
@@ -1132,10 +1137,18 @@ def test_k0_steps_shed_context_at_the_limit_instead_of_writing_it(monkeypatch):
 
     def step(ids, counts):
         nonlocal v
-        self._ctx_queue.end(set())
+        q = self._ctx_queue
+        q.end(set())
         f, p, s = _rows(ids, counts, v)
         v += sum(counts)
-        write(f, p, s, int(sum(counts)), defer=True, owners=(ids, np.array(counts)))
+        counts = np.array(counts)
+        if checked:  # as a K = 0 step: only the rows kept_rows keeps are passed, the rest counted shed
+            kept = q.kept_rows(ids, counts, None)
+            if kept is not None:
+                rows = torch.from_numpy(np.flatnonzero(prop._first_rows(counts, kept)))
+                q.shed_rows += len(f) - len(rows)
+                f, p, s, ids, counts = f[rows], p[rows], s[rows], [r for r, x in zip(ids, kept > 0) if x], kept[kept > 0]
+        write(f, p, s, int(counts.sum()), defer=True, owners=(ids, counts), checked=checked)
 
     step(["a"], [8])  # a's prompt
     step(["a", "b"], [1, 3])  # b's
@@ -1145,7 +1158,8 @@ def test_k0_steps_shed_context_at_the_limit_instead_of_writing_it(monkeypatch):
     assert writes == [] and q.incomplete == {"a"} and q.rows == 4 + 3 + 2, (writes, q.incomplete, q.rows)
     assert q.shed_rows == 10 + 1 and q.shed_requests == 1  # a's rows, and its row of this step
     step(["a", "b", "c", "d"], [1, 1, 1, 9])  # 12 rows: more than half the limit alone, written now after the queue
-    assert writes == [9, 12] and q.rows == 0, writes
+    # (checked: a's row never reaches the write, kept_rows left it out, as in a K = 0 step)
+    assert writes == [9, 11 if checked else 12] and q.rows == 0, writes
 
 
 
