@@ -2,7 +2,7 @@
 time includes its callees'), in-process engine; K = 0 pinned, K = 15 pinned or adaptive; chat prompts
 unless SET names another set.
 
-    [SET=tasks] python bench/results/s40/scratch/dormant_parts.py k0|k15|adaptive CONCURRENCY
+    [SET=tasks] [MORE=1] python bench/results/s40/scratch/dormant_parts.py k0|k15|adaptive CONCURRENCY
 """
 import os, sys, time, json
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -34,6 +34,10 @@ def main():
         if hasattr(q, name):  # (kept_rows: session 42 on)
             t.wrap(q, name, "q." + name)
     t.wrap(d.policy, "idle_step", "policy.idle_step")
+    if os.environ.get("MORE"):  # (session 42) the policy's clocks and the /metrics histogram too
+        import dflash_vllm.metrics as M
+        t.wrap(d.policy, "on_step", "policy.on_step")
+        t.wrap(M, "observe_draft_lengths", "metrics.observe_draft_lengths")
     t.wrap(d.policy, "plan", "policy.plan")
     t.wrap(d.model, "write_context_kv", "model.write_context_kv"); t.wrap(d.model, "forward_block", "model.forward_block")
     t.wrap(runner, "_get_positions", "runner._get_positions")
