@@ -481,6 +481,7 @@ class CostModel:
         self.draft = _Ridge(3, decay, ridge)  # (1, block tokens, requests in the step): see t_draft
         self._draft_r0: float | None = None  # the batch of the first drafting call timed (t_draft)
         self._memo: tuple = (None, None, {})  # the plain line as a list, and its values, per solve (see t_verify)
+        self._th_memo: tuple = (None, None)  # the verify fit as last read, and as a list (see t_verify)
         self._steps = 0
         # log2 bucket of N -> (EMA of N, EMA of seconds, step of the latest plain step, of the one before)
         self._near: dict[int, tuple[float, float, int, int]] = {}
@@ -594,7 +595,10 @@ class CostModel:
             t_plain = max(line + self._local(n0, memo[1]), 0.0)
             if drafts <= 0:
                 return t_plain
-            return t_plain + float(self._increment(th, n0, float(drafts)))
+            tm = self._th_memo
+            if tm[0] is not th:  # (Python floats: the numpy scalar path cost ~40 us a step in on_step's clip)
+                tm = self._th_memo = (th, th.tolist())
+            return t_plain + self._increment(tm[1], n0, float(drafts))
         n0 = np.asarray(n0, dtype=np.float64)
         d = np.asarray(drafts, dtype=np.float64)
         t_plain = self._line(plain, n0)
@@ -609,11 +613,22 @@ class CostModel:
             return np.broadcast_to(t_plain, np.broadcast(n0, d).shape).astype(np.float64)
         return t_plain + np.where(d > 0, self._increment(th, n0, d), 0.0)
 
+    def t_verify_drafted(self, t_plain: float, n0: float, drafts: np.ndarray) -> np.ndarray:
+        """``t_verify(n0, drafts)`` for an array of draft counts, from ``t_plain = t_verify(n0)``
+        (the same coefficients: no solve in between): the same values for less host work (the
+        optimum's inner loop, ``AdaptivePolicy._optimum``)."""
+        return t_plain + np.where(drafts > 0, self._increment(self.verify.theta(), n0, drafts), 0.0)
+
     def _increment(self, th, n0, d):
         """What d > 0 drafts add to a plain step at n0: delta plus the fit's increment in the
         drafts (never negative)."""
         s, c = self.SCALE, len(self.KNOTS)
         inc = th[2 + c] * (d / s)
+        if isinstance(th, list):  # Python floats throughout (t_verify's scalar path): the same values
+            for h, kn in zip(th[2:2 + c], self.KNOTS):
+                if h:
+                    inc = inc + h * (max(n0 + d - kn, 0.0) - max(n0 - kn, 0.0)) / s
+            return max(0.0, th[-1]) + max(inc, 0.0)
         for h, kn in zip(th[2:2 + c], self.KNOTS):
             if h:
                 inc = inc + h * (np.maximum(n0 + d - kn, 0.0) - np.maximum(n0 - kn, 0.0)) / s
@@ -646,10 +661,15 @@ class CostModel:
     def t_draft(self, block_tokens, num_reqs: float) -> np.ndarray:
         """The drafting call over ``block_tokens`` block tokens (a float or an array) in a step
         of ``num_reqs`` requests."""
+        a, b, per_req = self.draft_terms(num_reqs)
+        return np.maximum(a + b * np.asarray(block_tokens, dtype=np.float64) / self.SCALE + per_req, 0.0)
+
+    def draft_terms(self, num_reqs: float) -> tuple[float, float, float]:
+        """``t_draft``'s line at a batch of ``num_reqs``: (intercept, slope per SCALE block
+        tokens, the batch's term); ``t_draft(B) = max(a + b * B / SCALE + per_req, 0)``."""
         th, r0 = self.draft.theta(), self._draft_r0
-        per_req = max(th[2], 0.0) * (num_reqs - r0) / self.BATCH_SCALE if r0 is not None else 0.0
-        return np.maximum(th[0] + max(th[1], 0.0) * np.asarray(block_tokens, dtype=np.float64) / self.SCALE
-                          + per_req, 0.0)
+        per_req = max(float(th[2]), 0.0) * (num_reqs - r0) / self.BATCH_SCALE if r0 is not None else 0.0
+        return float(th[0]), max(float(th[1]), 0.0), per_req
 
     @property
     def ready(self) -> bool:
@@ -693,6 +713,8 @@ class _CachedOptimum(NamedTuple):
     drafts: bool  # it drafts (above the margin)
     verified: int  # verify steps observed when it was computed
     settled: bool  # the same prices (threshold, cap) as the optimum before it
+    streak: int = 0  # recomputations in a row that came out settled (this one included)
+    shifts: int = 0  # AcceptanceModel.shifts when it was computed
 
 
 class AdaptivePolicy:
@@ -700,6 +722,7 @@ class AdaptivePolicy:
 
     PLAIN_ANCHORS = 12  # plain steps to measure before plain anchors follow the exploration budget
     SETTLE_STEPS = 64  # steps measured before a drafting plan may be reused (see _choose)
+    REPLAN_BACKOFF = 4  # a drafting plan settled 3 times running is reused up to this many replan_every's
     IDLE_REPLAN = 32  # steps a "no drafts" optimum is reused for (see _choose; 16 until session 30)
     LEVEL_DECAY = 0.95  # the batch's level for the probe rule (_level_bucket)
     COVER_EVERY = 8  # steps between plain anchors while the batch is far from every measured plain step
@@ -946,6 +969,17 @@ class AdaptivePolicy:
                 window = min(window, known - 1)
         return max(0, window)
 
+    def _replan_interval(self, c: "_CachedOptimum") -> int:
+        """The steps a settled drafting optimum ``c`` is reused for (``_choose``): ``replan_every``,
+        doubled for each recomputation in a row beyond the first that came out settled, up to
+        ``REPLAN_BACKOFF`` times (4, 8, 16 steps). The same prices three times running
+        mostly stay the same: on the demo pair at batch 1 (code prompts, two steps a request)
+        the recomputation every 4 steps was ~0.15 ms a step of ~9 (0.5-0.8 ms each in the
+        engine, session 43, ``bench/results/s43/scratch/stale_why.py``). A change of prices
+        ends the streak (the next interval is ``replan_every`` again), and so do a move of the
+        batch size and a change of workload (``AcceptanceModel.shifts``), which replan at once."""
+        return self.replan_every * min(1 << max(c.streak - 1, 0), self.REPLAN_BACKOFF)
+
     def _choose(self, dec_ids: list[str], num_reqs: int, num_decode: int | None = None) -> tuple[np.ndarray, int]:
         """The optimum, then this step's exploration around it. While the optimum is "no
         drafts", it is recomputed only every ``IDLE_REPLAN`` steps, when the batch size moves by
@@ -962,7 +996,9 @@ class AdaptivePolicy:
         the verifies in between; in between, requests that joined the batch get their k from
         the optimum's threshold and cap. The computation (~0.3 ms of host work on CPU, ~0.6-0.8
         in the engine: 5-7 % of a drafted step of the demo pair at batch 1, where a fixed K
-        pays nothing) then moves little from one verify to the next, while a plan still moving
+        pays nothing) then moves little from one verify to the next (and once its prices came
+        out the same three times running, up to ``REPLAN_BACKOFF`` times as seldom:
+        ``_replan_interval``; at once after a change of workload), while a plan still moving
         (a start, a change of workload) follows every verify (reused early, a first plan of the
         whole block for 4 steps taught the cost model that drafting costs twice what it does,
         and the policy stopped drafting). Until session 18 any change of the batch's members
@@ -976,7 +1012,8 @@ class AdaptivePolicy:
             stale = True
         elif c.drafts:  # about the same batch size, and until the plan settles
             stale = (not _near(c.batch[0], num_reqs) or not _near(len(c.batch[1]), len(dec_ids))
-                     or self.step - c.step >= self.replan_every or not c.settled)
+                     or self.step - c.step >= self._replan_interval(c) or not c.settled
+                     or c.shifts != self.acceptance.shifts)
             members_only = not stale and c.batch != batch
         else:  # "no drafts": the batch moved by over a quarter, a probe's result, a probe due, every IDLE_REPLAN steps
             stale = (not _near(c.batch[0], num_reqs) or not _near(len(c.batch[1]), len(dec_ids))
@@ -993,7 +1030,9 @@ class AdaptivePolicy:
             # requests are in the batch (short requests change it every step or two).
             settled = (c is not None and drafts and c.drafts and self.cost.verify.n >= self.SETTLE_STEPS
                        and opt.cap == c.opt.cap and abs(opt.thr - c.opt.thr) <= 0.25 * c.opt.thr)
-            c = self._optimum_cache = _CachedOptimum(batch, self.step, opt, drafts, verified, settled)
+            streak = c.streak + 1 if settled else 0
+            c = self._optimum_cache = _CachedOptimum(batch, self.step, opt, drafts, verified, settled, streak,
+                                                     self.acceptance.shifts)
         opt, drafts = c.opt, c.drafts
         r = len(dec_ids)
         if opt is None:  # the very first step: nothing measured, draft everything once
@@ -1169,6 +1208,7 @@ class AdaptivePolicy:
         # The drafter forward over the requests that draft (or the whole batch), one block each.
         subset = self.forward_drafting_rows_only
         t_draft_all = cm.t_draft((r if subset else num_reqs) * (caps + 1), num_reqs)  # [C]: every decoding request drafts
+        da, db, dr = cm.draft_terms(num_reqs)  # (t_draft's line, for the loop below: the same values)
         # A step that verifies drafts is priced as the plain step it extends (t0, with the plain
         # line's local error) plus delta plus what its drafts add (CostModel): never below t0 +
         # delta. (Until session 19 the drafted plan was priced from the lines at N0 + sum k,
@@ -1184,8 +1224,9 @@ class AdaptivePolicy:
             kc = np.minimum(k_free[None, :], caps[:, None])  # [C, r]
             gain = e0 + cs[rows, kc].sum(axis=1)
             d_tot = kc.sum(axis=1)
-            t_v = cm.t_verify(n0, d_tot)
-            t_draft = cm.t_draft(np.count_nonzero(kc, axis=1) * (caps + 1), num_reqs) if subset else t_draft_all
+            t_v = cm.t_verify_drafted(t0, n0, d_tot)
+            t_draft = (np.maximum(da + db * (np.count_nonzero(kc, axis=1) * (caps + 1)).astype(np.float64) / cm.SCALE + dr, 0.0)
+                       if subset else t_draft_all)
             g = gain / np.maximum(t_v + t_draft, 1e-9)
             c = int(np.argmax(g))
             if g[c] > best_g:
@@ -1199,7 +1240,7 @@ class AdaptivePolicy:
         # (For PROBE_ROWS of a larger batch: _probe_rows.)
         rp = min(r, self.PROBE_ROWS)
         t_probe_draft = t_draft_all if rp == r or not subset else cm.t_draft(rp * (caps + 1), num_reqs)
-        t_caps = cm.t_verify(n0, rp * caps) + t_probe_draft
+        t_caps = cm.t_verify_drafted(t0, n0, rp * caps) + t_probe_draft
         q_probe = int(caps[np.flatnonzero(t_caps <= t_caps[0] + 0.25 * t0)[-1]])
         i_probe = int(np.searchsorted(caps, q_probe))
         # What a probe loses against a plain step, in plain steps (its accepted drafts count).
