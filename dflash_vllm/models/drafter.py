@@ -20,6 +20,7 @@ from torch import nn
 
 from vllm.config import VllmConfig
 from vllm.distributed import get_tensor_model_parallel_world_size
+from vllm.forward_context import get_forward_context, is_forward_context_available
 from vllm.model_executor.layers.attention import Attention
 from vllm.model_executor.layers.layernorm import RMSNorm
 from vllm.model_executor.layers.linear import QKVParallelLinear, ReplicatedLinear, RowParallelLinear
@@ -28,7 +29,7 @@ from vllm.model_executor.model_loader.weight_utils import default_weight_loader
 from vllm.model_executor.models.qwen2 import Qwen2MLP
 
 from .. import envs
-from ..attention.backend import DFlashAttentionBackend, write_kv
+from ..attention.backend import DFlashAttentionBackend, dflash_attention_cpu_kernel, write_kv
 from ..config import DrafterConfig
 
 # Names in the published checkpoints -> (our fused parameter, shard id).
@@ -149,9 +150,39 @@ class DrafterAttention(nn.Module):
         q = rms_norm(self.q_norm, q.reshape(n, self.num_heads, self.head_dim), self.fused).reshape(n, self.q_size)
         k = rms_norm(self.k_norm, k.reshape(n, self.num_kv_heads, self.head_dim), self.fused).reshape(n, self.kv_size)
         q, k = self.rotary_emb(positions, q, k)
-        out = self.attn(q, k, v)
+        out = self._attend(q, k, v)
         out, _ = self.o_proj(out if block_len is None else mask_rows(out, block_len))
         return out
+
+
+    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """``self.attn(q, k, v)``. Where the step's metadata runs vLLM's CPU kernel (eager: never
+        inside a compiled graph), the kernel is called here: what vLLM's ``Attention.forward``
+        does around it on CPU (the opaque ``torch.ops.vllm.unified_attention_with_output``
+        custom op, the forward context's layer lookups, the backend's forward) costs ~25-40 us
+        per layer of a 60-100 us attention call at batch 1 on the demo pair (session 43,
+        ``bench/results/s43/scratch/attend_ab.py``), and our layers need none of it: the
+        backend is ours, and the cache and metadata are the ones that call would find. The
+        same kernel, arguments and output (``test_backend_ops.py``, the parity tests)."""
+        if not torch.compiler.is_compiling():
+            md = _layer_metadata(self.attn.layer_name)
+            if md is not None and md.kernel is not None and q.shape[0] == md.num_actual_tokens:
+                n, d = q.shape[0], self.head_dim
+                out = torch.empty(n, self.q_size, dtype=q.dtype, device=q.device)
+                dflash_attention_cpu_kernel(q.reshape(n, self.num_heads, d), k.reshape(n, self.num_kv_heads, d),
+                                            v.reshape(n, self.num_kv_heads, d), self.attn.kv_cache, md.kernel,
+                                            self.attn.impl.scale, out.view(n, self.num_heads, d))
+                return out
+        return self.attn(q, k, v)
+
+
+def _layer_metadata(layer_name: str):
+    """This forward's attention metadata for ``layer_name`` (a dict set by ``set_forward_context``),
+    or None (no forward context, or another layout: vLLM's own path then decides)."""
+    if not is_forward_context_available():
+        return None
+    md = get_forward_context().attn_metadata
+    return md.get(layer_name) if isinstance(md, dict) else None
 
 
 def mask_rows(x: torch.Tensor, block_len: int) -> torch.Tensor:
