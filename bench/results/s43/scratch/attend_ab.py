@@ -8,25 +8,14 @@ forward_block and of the whole drafting call under each side.
     python bench/results/s43/scratch/attend_ab.py CONCURRENCY [attend|kargs]
 """
 import os, sys, time
-os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
 def main():
     c = int(sys.argv[1])
-    from transformers import AutoTokenizer
-    from dflash_vllm import envs, paths
+    from _engine import engine_at
     from dflash_vllm.bench import profile as P
     from dflash_vllm.driver import drive
-    from dflash_vllm.prompts import prompt_set
     import dflash_vllm.models.drafter as M
-    envs.set(envs.FIXED_K, 15)
-    llm = P._engine(P._spec(), max(8, c))
-    tok = AutoTokenizer.from_pretrained(str(paths.DEMO_TARGET))
-    _, ids = prompt_set(os.environ.get("SET", "tasks"), tok, 3 * max(32, 2 * c))
-    reqs = [{"prompt_token_ids": p, "max_tokens": 64, "ignore_eos": False, "stop_token_ids": [tok.eos_token_id]} for p in ids]
-    n = len(reqs) // 3
-    engine = llm.llm_engine
-    core = engine.engine_core.engine_core
-    runner = core.model_executor.driver_worker.worker.model_runner
+    engine, runner, reqs, n = engine_at(15, c, "tasks")
     m = runner.drafter.model
     mode = {"direct": True}
     which = sys.argv[2] if len(sys.argv) > 2 else "attend"

@@ -5,26 +5,15 @@ _choose's staleness conditions held (in-process engine, demo pair).
 """
 import os, sys, time, collections
 import numpy as np
-os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
 def main():
     c = int(sys.argv[1])
-    from transformers import AutoTokenizer
-    from dflash_vllm import envs, paths
-    from dflash_vllm.bench import profile as P
+    from _engine import engine_at
     from dflash_vllm.driver import drive
-    from dflash_vllm.prompts import prompt_set
     import dflash_vllm.adaptive as A
-    envs.set(envs.FIXED_K, "adaptive")
-    llm = P._engine(P._spec(), max(8, c))
-    tok = AutoTokenizer.from_pretrained(str(paths.DEMO_TARGET))
-    _, ids = prompt_set(os.environ.get("SET", "code"), tok, 3 * max(32, 2 * c))
-    reqs = [{"prompt_token_ids": p, "max_tokens": 64, "ignore_eos": False, "stop_token_ids": [tok.eos_token_id]} for p in ids]
-    n = len(reqs) // 3
-    engine = llm.llm_engine
+    engine, runner, reqs, n = engine_at("adaptive", c, "code")
     drive(engine, reqs[:n], concurrency=c, id_prefix="warm-")
-    core = engine.engine_core.engine_core
-    pol = core.model_executor.driver_worker.worker.model_runner.drafter.policy
+    pol = runner.drafter.policy
     why = collections.Counter(); calls = collections.Counter(); secs = collections.Counter()
     orig_choose, orig_opt = pol._choose, pol._optimum
     state = {}
