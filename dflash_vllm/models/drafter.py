@@ -154,7 +154,6 @@ class DrafterAttention(nn.Module):
         out, _ = self.o_proj(out if block_len is None else mask_rows(out, block_len))
         return out
 
-
     def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """``self.attn(q, k, v)``. Where the step's metadata runs vLLM's CPU kernel (eager: never
         inside a compiled graph), the kernel is called here: what vLLM's ``Attention.forward``
@@ -166,7 +165,7 @@ class DrafterAttention(nn.Module):
         same kernel, arguments and output (``test_backend_ops.py``, the parity tests)."""
         if not torch.compiler.is_compiling():
             md = _layer_metadata(self.attn.layer_name)
-            if md is not None and md.kernel is not None and q.shape[0] == md.num_actual_tokens:
+            if getattr(md, "kernel", None) is not None and q.shape[0] == md.num_actual_tokens:
                 n, d = q.shape[0], self.head_dim
                 out = torch.empty(n, self.q_size, dtype=q.dtype, device=q.device)
                 dflash_attention_cpu_kernel(q.reshape(n, self.num_heads, d), k.reshape(n, self.num_kv_heads, d),
