@@ -623,16 +623,12 @@ class CostModel:
         """What d > 0 drafts add to a plain step at n0: delta plus the fit's increment in the
         drafts (never negative)."""
         s, c = self.SCALE, len(self.KNOTS)
+        mx = max if isinstance(th, list) else np.maximum  # (a list: Python floats throughout, t_verify's scalar path)
         inc = th[2 + c] * (d / s)
-        if isinstance(th, list):  # Python floats throughout (t_verify's scalar path): the same values
-            for h, kn in zip(th[2:2 + c], self.KNOTS):
-                if h:
-                    inc = inc + h * (max(n0 + d - kn, 0.0) - max(n0 - kn, 0.0)) / s
-            return max(0.0, th[-1]) + max(inc, 0.0)
         for h, kn in zip(th[2:2 + c], self.KNOTS):
             if h:
-                inc = inc + h * (np.maximum(n0 + d - kn, 0.0) - np.maximum(n0 - kn, 0.0)) / s
-        return self._delta(th) + np.maximum(inc, 0.0)
+                inc = inc + h * (mx(n0 + d - kn, 0.0) - mx(n0 - kn, 0.0)) / s
+        return self._delta(th) + mx(inc, 0.0)
 
     def _line(self, th, n):
         """The piecewise-linear shape in n (a float, or an array), coefficients th (intercept,
@@ -658,10 +654,10 @@ class CostModel:
         th, c = self.verify.theta(), len(self.KNOTS)
         return max(0.0, (th[2 + c] + sum(h for h, kn in zip(th[2:2 + c], self.KNOTS) if n > kn)) / self.SCALE)
 
-    def t_draft(self, block_tokens, num_reqs: float) -> np.ndarray:
+    def t_draft(self, block_tokens, num_reqs: float, terms: tuple | None = None) -> np.ndarray:
         """The drafting call over ``block_tokens`` block tokens (a float or an array) in a step
-        of ``num_reqs`` requests."""
-        a, b, per_req = self.draft_terms(num_reqs)
+        of ``num_reqs`` requests; ``terms``: ``draft_terms(num_reqs)`` when the caller has them."""
+        a, b, per_req = terms if terms is not None else self.draft_terms(num_reqs)
         return np.maximum(a + b * np.asarray(block_tokens, dtype=np.float64) / self.SCALE + per_req, 0.0)
 
     def draft_terms(self, num_reqs: float) -> tuple[float, float, float]:
@@ -712,9 +708,8 @@ class _CachedOptimum(NamedTuple):
     opt: _Optimum | None
     drafts: bool  # it drafts (above the margin)
     verified: int  # verify steps observed when it was computed
-    settled: bool  # the same prices (threshold, cap) as the optimum before it
-    streak: int = 0  # recomputations in a row that came out settled (this one included)
-    shifts: int = 0  # AcceptanceModel.shifts when it was computed
+    streak: int  # recomputations in a row with the same prices (threshold, cap) as the one before; > 0: settled
+    shifts: int  # AcceptanceModel.shifts when it was computed
 
 
 class AdaptivePolicy:
@@ -1012,7 +1007,7 @@ class AdaptivePolicy:
             stale = True
         elif c.drafts:  # about the same batch size, and until the plan settles
             stale = (not _near(c.batch[0], num_reqs) or not _near(len(c.batch[1]), len(dec_ids))
-                     or self.step - c.step >= self._replan_interval(c) or not c.settled
+                     or self.step - c.step >= self._replan_interval(c) or not c.streak
                      or c.shifts != self.acceptance.shifts)
             members_only = not stale and c.batch != batch
         else:  # "no drafts": the batch moved by over a quarter, a probe's result, a probe due, every IDLE_REPLAN steps
@@ -1030,9 +1025,8 @@ class AdaptivePolicy:
             # requests are in the batch (short requests change it every step or two).
             settled = (c is not None and drafts and c.drafts and self.cost.verify.n >= self.SETTLE_STEPS
                        and opt.cap == c.opt.cap and abs(opt.thr - c.opt.thr) <= 0.25 * c.opt.thr)
-            streak = c.streak + 1 if settled else 0
-            c = self._optimum_cache = _CachedOptimum(batch, self.step, opt, drafts, verified, settled, streak,
-                                                     self.acceptance.shifts)
+            c = self._optimum_cache = _CachedOptimum(batch, self.step, opt, drafts, verified,
+                                                     c.streak + 1 if settled else 0, self.acceptance.shifts)
         opt, drafts = c.opt, c.drafts
         r = len(dec_ids)
         if opt is None:  # the very first step: nothing measured, draft everything once
@@ -1208,7 +1202,7 @@ class AdaptivePolicy:
         # The drafter forward over the requests that draft (or the whole batch), one block each.
         subset = self.forward_drafting_rows_only
         t_draft_all = cm.t_draft((r if subset else num_reqs) * (caps + 1), num_reqs)  # [C]: every decoding request drafts
-        da, db, dr = cm.draft_terms(num_reqs)  # (t_draft's line, for the loop below: the same values)
+        terms = cm.draft_terms(num_reqs)  # (t_draft's line at this batch, for the loop below)
         # A step that verifies drafts is priced as the plain step it extends (t0, with the plain
         # line's local error) plus delta plus what its drafts add (CostModel): never below t0 +
         # delta. (Until session 19 the drafted plan was priced from the lines at N0 + sum k,
@@ -1225,8 +1219,7 @@ class AdaptivePolicy:
             gain = e0 + cs[rows, kc].sum(axis=1)
             d_tot = kc.sum(axis=1)
             t_v = cm.t_verify_drafted(t0, n0, d_tot)
-            t_draft = (np.maximum(da + db * (np.count_nonzero(kc, axis=1) * (caps + 1)).astype(np.float64) / cm.SCALE + dr, 0.0)
-                       if subset else t_draft_all)
+            t_draft = cm.t_draft(np.count_nonzero(kc, axis=1) * (caps + 1), num_reqs, terms) if subset else t_draft_all
             g = gain / np.maximum(t_v + t_draft, 1e-9)
             c = int(np.argmax(g))
             if g[c] > best_g:

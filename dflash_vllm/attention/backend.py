@@ -328,11 +328,7 @@ class DFlashAttentionImpl(AttentionImpl):
         md: DFlashAttentionMetadata = attn_metadata
         n, d = md.num_actual_tokens, self.head_size
         if md.kernel is not None:
-            dflash_attention_cpu_kernel(
-                query[:n].reshape(n, self.num_heads, d), key[:n].reshape(n, self.num_kv_heads, d),
-                value[:n].reshape(n, self.num_kv_heads, d), kv_cache, md.kernel, self.scale,
-                output[:n].view(n, self.num_heads, d))
-            return output
+            return self.kernel_forward(query, key, value, kv_cache, md, output)
         out = dflash_attention(
             query[:n].reshape(n, self.num_heads, d),
             key[:n].reshape(n, self.num_kv_heads, d),
@@ -340,6 +336,16 @@ class DFlashAttentionImpl(AttentionImpl):
             kv_cache, md, self.scale,
         )
         output[:n].view(n, -1).copy_(out.reshape(n, -1))
+        return output
+
+    def kernel_forward(self, query, key, value, kv_cache, md: "DFlashAttentionMetadata", output):
+        """``forward`` where ``md`` runs vLLM's CPU kernel (``md.kernel``); the drafter's layers call
+        it directly (``DrafterAttention._attend``)."""
+        n, d = md.num_actual_tokens, self.head_size
+        dflash_attention_cpu_kernel(
+            query[:n].reshape(n, self.num_heads, d), key[:n].reshape(n, self.num_kv_heads, d),
+            value[:n].reshape(n, self.num_kv_heads, d), kv_cache, md.kernel, self.scale,
+            output[:n].view(n, self.num_heads, d))
         return output
 
 

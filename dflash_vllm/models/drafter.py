@@ -29,7 +29,7 @@ from vllm.model_executor.model_loader.weight_utils import default_weight_loader
 from vllm.model_executor.models.qwen2 import Qwen2MLP
 
 from .. import envs
-from ..attention.backend import DFlashAttentionBackend, dflash_attention_cpu_kernel, write_kv
+from ..attention.backend import DFlashAttentionBackend, write_kv
 from ..config import DrafterConfig
 
 # Names in the published checkpoints -> (our fused parameter, shard id).
@@ -156,9 +156,10 @@ class DrafterAttention(nn.Module):
 
     def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """``self.attn(q, k, v)``. Where the step's metadata runs vLLM's CPU kernel (eager: never
-        inside a compiled graph), the kernel is called here: what vLLM's ``Attention.forward``
-        does around it on CPU (the opaque ``torch.ops.vllm.unified_attention_with_output``
-        custom op, the forward context's layer lookups, the backend's forward) costs ~25-40 us
+        inside a compiled graph), the backend's kernel branch is called here
+        (``DFlashAttentionImpl.kernel_forward``): what vLLM's ``Attention.forward`` does around
+        it on CPU (the opaque ``torch.ops.vllm.unified_attention_with_output`` custom op, the
+        forward context's layer lookups) costs ~25-40 us
         per layer of a 60-100 us attention call at batch 1 on the demo pair (session 43,
         ``bench/results/s43/scratch/attend_ab.py``), and our layers need none of it: the
         backend is ours, and the cache and metadata are the ones that call would find. The
@@ -166,12 +167,8 @@ class DrafterAttention(nn.Module):
         if not torch.compiler.is_compiling():
             md = _layer_metadata(self.attn.layer_name)
             if getattr(md, "kernel", None) is not None and q.shape[0] == md.num_actual_tokens:
-                n, d = q.shape[0], self.head_dim
-                out = torch.empty(n, self.q_size, dtype=q.dtype, device=q.device)
-                dflash_attention_cpu_kernel(q.reshape(n, self.num_heads, d), k.reshape(n, self.num_kv_heads, d),
-                                            v.reshape(n, self.num_kv_heads, d), self.attn.kv_cache, md.kernel,
-                                            self.attn.impl.scale, out.view(n, self.num_heads, d))
-                return out
+                out = torch.empty(q.shape[0], self.q_size, dtype=q.dtype, device=q.device)
+                return self.attn.impl.kernel_forward(q, k, v, self.attn.kv_cache, md, out)
         return self.attn(q, k, v)
 
 
