@@ -723,6 +723,7 @@ class AdaptivePolicy:
     COVER_EVERY = 8  # steps between plain anchors while the batch is far from every measured plain step
     LEVEL_PROBE_AFTER = 8  # steps without drafts before a probe once the load fell 4x (_probe_spacing)
     PROBE_ROWS = 8  # a probe drafts for this many requests of a larger batch (_probe_rows)
+    DOOR_BELOW = 0.9  # the door closes while drafting's best goodput is below this of no drafts (closes_door)
 
     def __init__(self, k_max: int, fixed: list[int] | None = None, probe_every: int = 32,
                  dither_every: int = 4, zero_every: int = 32, explore_budget: float = 0.01,
@@ -1117,6 +1118,31 @@ class AdaptivePolicy:
         """The latest plan's optimum was "no drafts" (probes aside): drafting does not pay now."""
         c = self._optimum_cache
         return self.fixed is None and c is not None and c.opt is not None and not c.drafts
+
+    def closes_door(self, num_reqs: int) -> bool:
+        """Requests arriving in a batch of ``num_reqs`` get no drafter context (the proposer's
+        ``_close_door``): dormant, unless the optimum was computed at about this batch (within a
+        quarter) with the best drafting plan's goodput at ``DOOR_BELOW`` of no drafts or more. A
+        request closed at the door never drafts, whatever the policy decides later in its life,
+        so the door stays open where not drafting won by a hair at this load: there the optimum
+        flips with a step's timing, and the closed requests sat out the drafting that followed.
+        In a rotation of the full check's cells (``bench/results/s44/scratch/row_trace.py``, one
+        engine, two repeats) the door closed on 2,492 requests of the chat and free cells, all at
+        a best drafting goodput of 0.42-0.82 of no drafts, on 23 of tasks c = 64's at 0.87, and
+        on 19 of tasks c = 32's at 0.98: there 29 % of the rows of the drafted steps that
+        followed could not draft (2,726 tok/s, against 3,046 in the repeat without closures).
+        Requests left open while dormant keep their context queued; a long run of steps without
+        drafts sheds it (``ContextQueue.shed``). An optimum from another batch (a burst of
+        arrivals, a new benchmark cell) says nothing of this one, and there the door closes as
+        before. (With the margin alone, the first requests of chat at batch 64 after chat at
+        batch 1, where the optimum sits near the margin, all drafted in the simulation of
+        ``test_engine_costs_tasks_at_batch_1_after_the_weak_cells_matches_the_best_fixed_k``, and
+        tasks at batch 1 after those cells read 0.942 of K = 15 over 30 seeds, against 0.969
+        before and with this rule: ``bench/results/s44/scratch/door_seeds.py``.)"""
+        if not self.dormant:
+            return False
+        c = self._optimum_cache
+        return not _near(c.batch[0], num_reqs) or c.opt.g < self.DOOR_BELOW * c.opt.g0
 
     @property
     def optimum(self):

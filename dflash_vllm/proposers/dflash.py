@@ -708,7 +708,7 @@ class DFlashProposer(SpecDecodeBaseProposer):
             if queue.ledger:
                 queue.schedule(scheduler_output.scheduled_new_reqs, scheduler_output.scheduled_cached_reqs,
                                self._kv_group)
-        if scheduler_output.scheduled_new_reqs and self.policy.dormant:
+        if scheduler_output.scheduled_new_reqs and self.policy.closes_door(runner.input_batch.num_reqs):
             self._close_door(scheduler_output.scheduled_new_reqs)
         k_max = scheduler_output.num_spec_tokens_to_schedule
         n = scheduler_output.total_num_scheduled_tokens
@@ -769,7 +769,8 @@ class DFlashProposer(SpecDecodeBaseProposer):
                 self._draft_timing = ("cpu", t0 + self._flush_s, self._call_end, *t[3:])
 
     def _close_door(self, new_reqs) -> None:
-        """While drafting does not pay (the policy's optimum: no drafts), keep drafter context
+        """While drafting does not pay (the policy's optimum: no drafts, by a margin:
+        ``AdaptivePolicy.closes_door``), keep drafter context
         for ``SENTINELS`` requests only: a request that arrives when as many with context are
         running gets none (ContextQueue.close_door), so its rows are never copied, queued,
         shed or written. Probes draft for the sentinels (and the forward runs for those only,

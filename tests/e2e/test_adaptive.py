@@ -335,7 +335,7 @@ from vllm.inputs import TokensPrompt
 demo, mode = sys.argv[1], sys.argv[2]
 if mode == "spec":
     envs.set(envs.FIXED_K, "adaptive")
-    AdaptivePolicy.dormant = property(lambda self: True)  # as if drafting stopped paying
+    AdaptivePolicy.closes_door = lambda self, num_reqs: True  # as if drafting stopped paying
 forwards = []
 rows_of = prop.DFlashProposer._drafting_rows
 def rows_spy(self, n):
@@ -365,7 +365,7 @@ if __name__ == "__main__":
 
 
 def test_while_drafting_does_not_pay_requests_beyond_the_sentinels_get_no_context(tmp_path):
-    """With the policy dormant (forced here), requests that arrive while SENTINELS others keep
+    """With the policy's door closed (forced here), requests that arrive while SENTINELS others keep
     context get none (ContextQueue.close_door): output stays identical to no speculation, the
     drafter forwards (probes) run for the requests with context only."""
     res = _script_runs(tmp_path / "door.py", _DOOR, ("spec", "none"))

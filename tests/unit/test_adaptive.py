@@ -66,8 +66,9 @@ def _closed_loop(policy, r, accepted, t_verify, t_draft, steps, warm, seed=0, li
     Costs no clock of the policy attributes: `hidden_draft` seconds more in every drafting call
     than the drafter forward it reports (the deferred context write), `transient` seconds more
     in the first plain step after a drafted one (vLLM leaving its speculative path). With
-    ``sentinels`` (and ``life``), requests that arrive while the policy's optimum is "no drafts"
-    are closed at the door but the first ``sentinels`` (the proposer's ``_close_door``): they
+    ``sentinels`` (and ``life``), requests that arrive while the policy closes the door (its
+    optimum is "no drafts" by a margin, ``closes_door``) are closed at the door but the first
+    ``sentinels`` (the proposer's ``_close_door``): they
     never draft, and a probe's block covers the others only."""
     rng = np.random.default_rng(seed)
     ids = [f"q{i}" for i in range(r)]
@@ -94,7 +95,7 @@ def _closed_loop(policy, r, accepted, t_verify, t_draft, steps, warm, seed=0, li
             gen += 1
             ids = [f"q{i}.{gen}.{seed}" for i in range(r)]
             if sentinels:
-                draftable = decode & (np.arange(r) < sentinels) if policy.dormant else decode
+                draftable = decode & (np.arange(r) < sentinels) if policy.closes_door(r) else decode
         k, q = policy.plan(ids, draftable, num_decode=r)
         d_prev = None
         if q:  # the drafter forward runs for the requests that draft (the proposer's _drafting_rows)
@@ -2088,3 +2089,44 @@ def test_a_level_probe_at_batch_1_looks_twice():
     (v1, look1, s1), (v2, look2, s2), (v3, look3, s3) = probes[:3]
     assert look1 == v1 and v2 == v1 + 1 and s2 - s1 <= 2 and look2 is None  # the second look at once
     assert look3 is None and s3 - s2 >= p.probe_every  # then one look each, at the budgeted spacing
+
+
+def test_the_door_closes_only_while_not_drafting_wins_by_a_margin():
+    """A request closed at the door never drafts, so the door (``closes_door``) stays open while
+    the best drafting plan, at about this batch, is within ``DOOR_BELOW`` of no drafts (a marginal
+    optimum flips with a step's timing), and closes where drafting clearly does not pay or the
+    optimum is another batch's. Then, in the simulator with
+    sentinels: a workload the drafter does not know at batch 64 still closes the door."""
+    from dflash_vllm.adaptive import _CachedOptimum, _Optimum
+
+    p = AdaptivePolicy(15)
+    assert not p.closes_door(8)  # nothing planned yet
+    ids = [f"r{i}" for i in range(32)]
+
+    def planned(g, g0, drafts):
+        opt = _Optimum(np.zeros(32, dtype=np.int64), g, g0, 15, 1.0, 0.1, 4, 128.0)
+        p._optimum_cache = _CachedOptimum((32, ids), p.step, opt, drafts, 0, 0, 0)
+
+    planned(0.5, 1.0, False)
+    assert p.dormant and p.closes_door(32)
+    planned(0.95, 1.0, False)  # dormant, by a hair, at this batch: open
+    assert p.dormant and not p.closes_door(32) and not p.closes_door(36)
+    assert p.closes_door(64) and p.closes_door(16)  # an optimum of another batch: closed, as before
+    planned(1.0 * p.DOOR_BELOW - 1e-6, 1.0, False)
+    assert p.closes_door(32)
+    planned(1.3, 1.0, True)  # drafting
+    assert not p.dormant and not p.closes_door(32) and not p.closes_door(64)
+    assert not AdaptivePolicy(15, fixed=[0]).closes_door(32)
+
+    tv, td = DEMO_COST[64]
+    p = AdaptivePolicy(15)
+    closes = []
+    orig = p.plan
+
+    def plan(*a, **k):
+        out = orig(*a, **k)
+        closes.append(p.closes_door(64))
+        return out
+    p.plan = plan
+    _simulate_hist(p, DEMO_HIST["chat"], 64, tv, td, steps=300, life=20, sentinels=4)
+    assert p.dormant and sum(closes[-100:]) >= 90, sum(closes[-100:])
