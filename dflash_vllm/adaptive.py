@@ -1044,8 +1044,12 @@ class AdaptivePolicy:
             # `zero_every` steps whatever they cost: the plain-step line is what every plan is
             # weighed against, and without it a change to prompts the drafter does not know
             # goes on drafting (see CostModel).
+            # An anchor is two plain steps, each short of a drafted step's goodput by 1 - g0 /
+            # best_g: spaced by one step's loss (until session 44), anchors cost twice the budget
+            # (tasks at batch 1 on the demo pair: a pair every ~50 steps, ~2 % of the drafted
+            # output; in the engine more, the first plain step after drafted ones costs more).
             spacing = self.zero_every if self.cost.plain.n < self.PLAIN_ANCHORS else \
-                max(self.zero_every, int((1.0 - g0 / best_g) / budget))
+                max(self.zero_every, int(2.0 * (1.0 - g0 / best_g) / budget))
             # Two in a row (the second is the plain step's cost: the first after drafted steps
             # costs more). The spacing moves with the optimum from step to step, so the second
             # is taken from a flag, not from the spacing: read off `step % spacing < 2`, most

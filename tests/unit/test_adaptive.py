@@ -2130,3 +2130,22 @@ def test_the_door_closes_only_while_not_drafting_wins_by_a_margin():
     p.plan = plan
     _simulate_hist(p, DEMO_HIST["chat"], 64, tv, td, steps=300, life=20, sentinels=4)
     assert p.dormant and sum(closes[-100:]) >= 90, sum(closes[-100:])
+
+
+def test_plain_step_anchors_while_drafting_stay_within_the_exploration_budget():
+    """While drafting pays, a pair of plain steps now and then keeps the plain step's cost
+    measured (``_choose``), each short of a drafted step's goodput by 1 - g0 / best_g. Spaced by
+    one step's loss, as until session 44, the pairs cost twice ``explore_budget``: tasks at batch 1
+    (DEMO_COST), ~2.1 % of the goodput against 1 %."""
+    tv, td = DEMO_COST[1]
+    p = AdaptivePolicy(15)
+    steps = _record_plans(p, lambda k, q: (q, p.dormant))
+    _simulate_hist(p, DEMO_HIST["tasks"], 1, tv, td, steps=2000, warm=0, seed=3)
+    o = p.optimum
+    loss_per_plain = 1.0 - o.g0 / o.g
+    late = steps[400:]  # the plain-step line has its PLAIN_ANCHORS by then
+    assert not any(d for _, d in late)
+    plain = sum(1 for q, _ in late if q == 0)
+    share = plain * loss_per_plain / len(late)
+    print(f"tasks at batch 1: {plain} plain steps in {len(late)}, each {loss_per_plain:.2f} of a drafted step: {share:.4f}")
+    assert 0.004 <= share <= 1.3 * p.explore_budget
