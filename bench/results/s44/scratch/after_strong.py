@@ -11,6 +11,8 @@ requests at c = 1, 160 tokens at most.
 import os
 import sys
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+sys.path.insert(0, os.path.dirname(__file__))
+from _trace import count_steps, trace_plans  # noqa: E402
 
 
 def main():
@@ -38,28 +40,14 @@ def main():
     pol = d.policy
     for s, cc in (("tasks", 1), ("code", 8), (prev, pc)):
         drive(engine, reqs(s, max(48, 6 * cc)), concurrency=cc, id_prefix=f"{s}{cc}-")
-    step, log = [0], []
-    orig_plan = pol.plan
+    log = []
 
-    def plan(*args, **kw):
-        acc = pol.acceptance
-        why = "surprise" if acc.surprised else ("look" if pol._look_again is not None and acc.verified_steps > pol._look_again else "")
-        o = pol.optimum
-        due = o is not None and pol._probe_due(o, num_reqs=len(args[0]))
-        g = pol.acceptance.survival(["<new>"])[0, :3].round(2).tolist()
-        kk, q = orig_plan(*args, **kw)
+    def on_plan(req_ids, k, q, why):
         if q:
-            why = why or ("due" if due and pol.dormant else ("optimum drafts" if not pol.dormant else "other"))
-            log.append((step[0], why, q, g, pol.acceptance.shifts))
-        return kk, q
-    pol.plan = plan
-    orig_step = engine.step
-
-    def eng_step():
-        out = orig_step()
-        step[0] += 1
-        return out
-    engine.step = eng_step
+            log.append((step[0], why, q, pol.acceptance.survival(["<new>"])[0, :3].round(2).tolist(),
+                        pol.acceptance.shifts))
+    trace_plans(pol, on_plan)
+    step = count_steps(engine)
     res = drive(engine, reqs(cur, max(48, 6 * c)), concurrency=c, id_prefix=f"{cur}{c}-m-")
     n = len(res["steps"])
     toks = sum(x["new_tokens"] for x in res["steps"])

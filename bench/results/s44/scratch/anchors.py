@@ -7,27 +7,18 @@ Old code: ``PYTHONPATH=<worktree>``.
 """
 import os
 import sys
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "s43", "scratch"))
-from _engine import engine_at  # noqa: E402
+sys.path.insert(0, os.path.dirname(__file__))
+from _trace import trace_plans, warm_engine  # noqa: E402
 
 
 def main():
     c = int(sys.argv[1]) if len(sys.argv) > 1 else 1
     import dflash_vllm
     from dflash_vllm.driver import drive
-    engine, runner, reqs, n = engine_at("adaptive", c, "tasks")
-    for r in reqs:
-        r["max_tokens"] = 160
+    engine, runner, reqs, n = warm_engine("adaptive", c, "tasks")
     pol = runner.drafter.policy
-    drive(engine, reqs[:n], concurrency=c, id_prefix="warm-")
     rec = []
-    orig = pol.plan
-
-    def plan(*a, **k):
-        kk, q = orig(*a, **k)
-        rec.append((q, pol.dormant))
-        return kk, q
-    pol.plan = plan
+    trace_plans(pol, lambda req_ids, k, q, why: rec.append((q, pol.dormant)))
     res = drive(engine, reqs[n:], concurrency=c, id_prefix="m-")
     toks = sum(x["new_tokens"] for x in res["steps"])
     anchors = sum(1 for q, d in rec if q == 0 and not d)

@@ -7,52 +7,29 @@ prompts (SET), CONCURRENCY (default 1); a warm-up third, then two measured third
 """
 import os
 import sys
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "s43", "scratch"))
-from _engine import engine_at  # noqa: E402
+sys.path.insert(0, os.path.dirname(__file__))
+from _trace import count_steps, trace_plans, warm_engine  # noqa: E402
 
 
 def main():
     c = int(sys.argv[1]) if len(sys.argv) > 1 else 1
     import numpy as np
     from dflash_vllm.driver import drive
-    engine, runner, reqs, n = engine_at("adaptive", c, "chat")
-    for r in reqs:
-        r["max_tokens"] = 160
-    d = runner.drafter
-    pol = d.policy
-    drive(engine, reqs[:n], concurrency=c, id_prefix="warm-")
-    planned = {}  # engine step index -> q
-    step = [0]
-    orig_plan = pol.plan
+    engine, runner, reqs, n = warm_engine("adaptive", c, "chat")
+    pol = runner.drafter.policy
+    planned, reasons = {}, {}  # engine step index -> (q, drafts); why -> drafted plans
 
-    reasons = {}
-
-    def plan(*a, **k):
-        acc = pol.acceptance
-        why = ("surprised" if acc.surprised else "") + (
-            " look" if pol._look_again is not None and acc.verified_steps > pol._look_again else "")
-        o = pol.optimum
-        due = o is not None and pol._probe_due(o, num_reqs=len(a[0]))
-        kk, q = orig_plan(*a, **k)
-        planned[step[0]] = (q, int(kk.sum()))
+    def on_plan(req_ids, k, q, why):
+        planned[step[0]] = (q, int(k.sum()))
         if q:
-            key = (why.strip() or ("due" if due else "other")) + f" after {pol._probe_spacing(o, len(a[0])) if o else -1}"
-            r = why.strip() or ("due" if due else ("optimum drafts" if pol._optimum_cache.drafts else "other"))
-            reasons[r] = reasons.get(r, 0) + 1
-            if r == "optimum drafts" and os.environ.get("SHOW"):
-                o2 = pol.optimum
-                print(f"    step {step[0]}: g/g0 {o2.g / o2.g0:.3f} cap {o2.cap} thr {o2.thr:.3f} g(1..4) "
+            reasons[why] = reasons.get(why, 0) + 1
+            if why == "optimum drafts" and os.environ.get("SHOW"):
+                o = pol.optimum
+                print(f"    step {step[0]}: g/g0 {o.g / o.g0:.3f} cap {o.cap} thr {o.thr:.3f} g(1..4) "
                       f"{pol.acceptance.survival(['<new>'])[0, :4].round(3).tolist()} rows {pol.acceptance.verified_steps}")
-        return kk, q
-    pol.plan = plan
+    trace_plans(pol, on_plan)
     acc0 = pol.acceptance.verified_steps
-    orig_step = engine.step
-
-    def eng_step():
-        out = orig_step()
-        step[0] += 1
-        return out
-    engine.step = eng_step
+    step = count_steps(engine)
     res = drive(engine, reqs[n:], concurrency=c, id_prefix="m-")
     secs = np.array([s["seconds"] for s in res["steps"]])
     toks = np.array([s["new_tokens"] for s in res["steps"]])
