@@ -54,7 +54,9 @@ The model (everything is learned online, on the host, from what vLLM already bri
   once; ``q = 0`` (no drafter forward at all, the step costs a plain decode step plus the
   context K/V write) competes on the same terms. Acceptance alone cannot decide: the same
   survival curve is worth drafting at batch 1 and not at batch 64, which only ``dI/dD`` and
-  ``T_d(R_d (q + 1))`` see.
+  ``T_d(R_d (q + 1))`` see. Where the device pads the step's matmuls to a few row counts (CPU:
+  fixes/cpu_gemm_widths.py), a drafting plan then gets the drafts that fit the widths it already
+  pays for (``AdaptivePolicy._fill_width``): the lines above cannot price that staircase.
 
 Exploration: the priors are optimistic (drafting looks free until measured); while drafting,
 every ``dither_every``-th step submits one draft more or less per request (near the optimum
@@ -710,6 +712,7 @@ class _CachedOptimum(NamedTuple):
     verified: int  # verify steps observed when it was computed
     streak: int  # recomputations in a row with the same prices (threshold, cap) as the one before; > 0: settled
     shifts: int  # AcceptanceModel.shifts when it was computed
+    filled: tuple | None = None  # its plan with the drafts that fit the padded widths (_fill_width), if any
 
 
 class AdaptivePolicy:
@@ -767,6 +770,9 @@ class AdaptivePolicy:
         # A level probe at batch 1 looks twice (see _choose): the verify count after which the
         # second look is due, or None.
         self._look_again: int | None = None
+        # The device's padded matmul width for a row count (``_fill_width``), or None: exact.
+        self.width = None
+        self._members: tuple | None = None  # (the optimum, the batch, its k) re-derived for other members (_choose)
 
     # called once per step, at the start of the drafting call
     def on_step(self, now: float, num_tokens: int, num_reqs: int, step_start: float | None,
@@ -1024,10 +1030,17 @@ class AdaptivePolicy:
             # Settled: the same prices twice running (the cap, and the threshold within a
             # quarter: it moves with the batch size, which may differ by as much), whichever
             # requests are in the batch (short requests change it every step or two).
+            # Or the same plan once filled to the padded widths (_fill_width): at batch 1 a cap of
+            # 11 and one of 15 both submit 15, and with the prices of short requests moving, the
+            # plan was recomputed every 4 steps (48 times in ~200 steps of tasks c = 1, ~0.8 ms
+            # each in the engine, session 45).
+            filled = (tuple(self._fill_width(opt.k, num_reqs)[0].tolist())
+                      if drafts and opt is not None and self.width is not None else None)
             settled = (c is not None and drafts and c.drafts and self.cost.verify.n >= self.SETTLE_STEPS
-                       and opt.cap == c.opt.cap and abs(opt.thr - c.opt.thr) <= 0.25 * c.opt.thr)
+                       and ((opt.cap == c.opt.cap and abs(opt.thr - c.opt.thr) <= 0.25 * c.opt.thr)
+                            or (filled is not None and filled == c.filled)))
             c = self._optimum_cache = _CachedOptimum(batch, self.step, opt, drafts, verified,
-                                                     c.streak + 1 if settled else 0, self.acceptance.shifts)
+                                                     c.streak + 1 if settled else 0, self.acceptance.shifts, filled)
         opt, drafts = c.opt, c.drafts
         r = len(dec_ids)
         if opt is None:  # the very first step: nothing measured, draft everything once
@@ -1036,7 +1049,16 @@ class AdaptivePolicy:
         if members_only:
             # Requests left and others took their place, or the batch moved by a request or two:
             # the optimum's rule with its prices, for the batch now (see the docstring).
-            best_k = np.minimum((self.acceptance.survival(dec_ids) >= thr).sum(axis=1), cap)
+            # Re-derived once per batch of members (it then stays, like the optimum's own k,
+            # until the optimum is recomputed): at batch 1, where each new request makes the
+            # batch "other members", every step until the recomputation re-derived it (122 of
+            # ~200 steps of tasks c = 1, ~0.12 ms each in the engine, session 45).
+            m = self._members
+            if m is not None and m[0] is c and m[1] == batch:
+                best_k = m[2]
+            else:
+                best_k = np.minimum((self.acceptance.survival(dec_ids) >= thr).sum(axis=1), cap)
+                self._members = (c, batch, best_k)
         budget = self.explore_budget
         if drafts:
             # A plain step now and then anchors T_v(N0), at most `budget` of the expected goodput.
@@ -1070,7 +1092,7 @@ class AdaptivePolicy:
             if self.step % self.dither_every == 0:  # +-1 draft now and then: dI/dD stays measured
                 k = np.clip(k + (1 if (self.step // self.dither_every) % 2 else -1), 0, self.k_max)
             if k.any():
-                return k, int(k.max())
+                return self._fill_width(k, num_reqs)
         # Keep measuring acceptance and draft cost: a probe, as often as `budget` of the step
         # time allows (a probe that loses 6 plain steps waits ~300 steps), and at once after a
         # verify whose accepted run the curve made unlikely (AcceptanceModel.surprised): the
@@ -1100,6 +1122,45 @@ class AdaptivePolicy:
         if not drafts:
             self.idle_left = self._idle_window(c, num_reqs)
         return np.zeros(r, dtype=np.int64), 0
+
+    def _fill_width(self, k: np.ndarray, num_reqs: int) -> tuple[np.ndarray, int]:
+        """A drafting plan ``k`` (per decoding row) with the drafts that cost nothing added, and
+        its block ``q = max k``. Where the device runs the step's matmuls at padded row counts
+        (``width``: on CPU, fixes/cpu_gemm_widths.py's ``bucket``), rows up to the padded width
+        are computed either way: the block grows while the drafter's widths stay the same
+        (its forward runs R_d (q + 1) rows, its last layer and head R_d q), and the drafting
+        rows' k_i grow, deepest first, round-robin, while the verify's N = batch + sum k stays
+        within its width. The cost model's lines cannot price a staircase: at batch 1 on the
+        demo pair, the policy submitted 11 of a 15-draft block on a third of tasks c = 1's
+        steps, while a pinned cycle of 11 and 15 measured the same verify and drafting call for
+        both (5.5-6.2 ms and 3.4-3.6 ms; 16 rows either way; session 45,
+        ``bench/results/s45/scratch/width_cost.py``). The drafts added are verified like any
+        other (the output does not change), and the cost model sees the step as it ran. Not on
+        probes: their depth is chosen to tell the slope in N from the fixed cost."""
+        w = self.width
+        if w is None:
+            return k, int(k.max())
+        kl = k.tolist()  # (Python ints: ~10 numpy calls on a 1-row plan cost more than the rest of it)
+        q = max(kl)
+        rows = [i for i, x in enumerate(kl) if x]
+        n = len(rows) if self.forward_drafting_rows_only else num_reqs
+        top, block, head = q, w(n * (q + 1)), w(n * q)
+        while top < self.k_max and w(n * (top + 2)) == block and w(n * (top + 1)) == head:
+            top += 1
+        total = num_reqs + sum(kl)
+        free = w(total) - total
+        if free <= 0 or all(kl[i] >= top for i in rows):
+            return k, q
+        order = sorted(rows, key=lambda i: -kl[i])  # deepest first (stable)
+        while free > 0:
+            grew = free
+            for i in order:
+                if kl[i] < top and free > 0:
+                    kl[i] += 1
+                    free -= 1
+            if free == grew:
+                break
+        return np.array(kl, dtype=k.dtype), max(kl)
 
     def _probe_rows(self, dec_ids: list[str]) -> np.ndarray:
         """The rows a probe drafts for: all of a batch of up to ``PROBE_ROWS`` requests, else the

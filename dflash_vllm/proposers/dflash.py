@@ -986,6 +986,7 @@ class DFlashProposer(SpecDecodeBaseProposer):
             if n := cpu_gemm_widths.install(target_model, self.model):
                 logger.info("dflash-vllm: %d oneDNN linears of the target and drafter run at padded row counts "
                             "(DFLASH_VLLM_CPU_GEMM_WIDTHS=0: exact)", n)
+                self.policy.width = cpu_gemm_widths.bucket  # drafts within a padded width are free
 
     # -- the step --------------------------------------------------------------------------
     def propose(

@@ -876,6 +876,88 @@ def test_plain_step_anchors_come_in_pairs_while_drafting():
     assert p.cost.plain.n >= len(runs) // 2
 
 
+def test_drafts_that_fit_the_padded_matmul_widths_are_added_and_no_width_grows():
+    """On CPU the step's matmuls run at padded row counts (fixes/cpu_gemm_widths.py's bucket):
+    drafts that fit the widths a plan already pays for are added to it (the deepest requests
+    first), and no width of the verify (batch + sum k) or of the drafter (R_d (q + 1) rows, its
+    head R_d q) grows. In the engine at batch 1 the policy submitted 11 of a 15-draft block on
+    a third of tasks c = 1's steps at the cost of 15 (session 45, width_cost.py)."""
+    from dflash_vllm.fixes.cpu_gemm_widths import bucket
+
+    p = AdaptivePolicy(15)
+    k, q = p._fill_width(np.array([11]), 1)
+    assert (k.tolist(), q) == ([11], 11)  # no width known (CUDA, padding off): the plan as it is
+    p.width = bucket
+    k, q = p._fill_width(np.array([11]), 1)
+    assert (k.tolist(), q) == ([15], 15)  # 12 and 16 verified rows pad to 16; the block's 12 and 16 too
+    k, q = p._fill_width(np.array([8]), 1)
+    assert (k.tolist(), q) == ([8], 8)  # the head's 8 rows are exact: 9 would pad to 16
+    k, q = p._fill_width(np.array([2, 1, 0]), 3)
+    assert (k.tolist(), q) == ([2, 1, 0], 2)  # 6 verified rows: exact
+    k, q = p._fill_width(np.array([3, 2, 0, 3]), 4)
+    # 12 -> 16 of 16 verified rows; the block of 3 rows x 4 -> 3 x 5 (12 and 15 rows pad to 16, the head's 9 and 12 too)
+    assert (k.tolist(), q) == ([4, 4, 0, 4], 4)
+    rng = np.random.default_rng(0)
+    grown = 0
+    for _ in range(2000):
+        r = int(rng.integers(1, 70))
+        k0 = rng.integers(0, 16, r) * (rng.random(r) < 0.8)
+        k0[rng.integers(r)] = max(1, int(k0.max()))
+        k, q = p._fill_width(k0, r)
+        rd, q0 = int(np.count_nonzero(k0)), int(k0.max())
+        assert (k >= k0).all() and (k[k0 == 0] == 0).all() and q == int(k.max()) <= 15
+        assert bucket(r + int(k.sum())) == bucket(r + int(k0.sum()))
+        assert bucket(rd * (q + 1)) == bucket(rd * (q0 + 1)) and bucket(rd * q) == bucket(rd * q0)
+        grown += int(k.sum() > k0.sum())
+    assert grown > 500
+    # Through plan(): at batch 1 a drafting plan fills its block.
+    p = AdaptivePolicy(15)
+    p.width = bucket
+    qs = []
+    plan = p.plan
+    p.plan = lambda *a, **kw: (lambda kq: qs.append((kq[1], p.dormant)) or kq)(plan(*a, **kw))
+    hist = np.array([3, 42, 15, 18, 6, 6, 12, 9, 15, 0, 0, 3, 0, 0, 9, 18], dtype=float)
+    _closed_loop(p, 1, lambda rng, k: np.minimum(rng.choice(16, size=1, p=hist / hist.sum()), k),
+                 lambda n, r: 0.004 + 0.0012 * (n > 1) + 3e-4 * (bucket(n) - 1), lambda d: 0.0023 + 2e-4 * bucket(d),
+                 steps=600, warm=50)
+    drafted = [q for q, dormant in qs[100:] if q and not dormant]  # (probes keep their depth)
+    # (8: the drafter head's 8 rows are exact, 9 would pad to 16)
+    assert len(drafted) > 100 and all(x <= 8 or x == 15 for x in drafted), sorted(set(drafted))
+
+
+def test_plans_that_fill_to_the_same_widths_count_as_settled():
+    """A drafting optimum whose prices move (a cap of 11, then 15, the threshold by over a
+    quarter: short requests at batch 1) but whose plan fills to the same padded widths
+    (``_fill_width``: 15 drafts either way) is settled, and is recomputed every few steps
+    (``_replan_interval``); without the widths it is never settled, and is recomputed every step.
+    In the engine at tasks c = 1: 48 recomputations of ~0.8 ms in ~200 steps, 7-9 per 70 since
+    (session 45)."""
+    from dflash_vllm.adaptive import _Optimum
+    from dflash_vllm.fixes.cpu_gemm_widths import bucket
+
+    def recomputations(width) -> int:
+        p = AdaptivePolicy(15)
+        p.width = width
+        p.cost.verify.n = p.cost.plain.n = 1000  # measured long enough to settle; plain steps known
+        p.cost.plain_known_near = lambda n: True
+        calls = []
+
+        def optimum(dec_ids, num_reqs, num_decode=None):
+            cap = (11, 15)[len(calls) % 2]
+            calls.append(cap)
+            return _Optimum(np.array([cap]), 2.0, 1.0, 15, 1.0, 0.1 * (1 + len(calls) % 2), cap, 16.0)
+        p._optimum = optimum
+        p.zero_every = 10 ** 6  # no anchors: only the recomputations counted
+        for _ in range(400):
+            p.on_step(0.0, 1, 1, None)
+            p.plan(["a"], np.ones(1, dtype=bool))
+        return len(calls)
+
+    plain, filled = recomputations(None), recomputations(bucket)
+    print(f"recomputations in 400 steps: {plain} without the widths, {filled} with them")
+    assert plain >= 90 and filled <= plain / 3, (plain, filled)
+
+
 def test_request_skill_scales_the_first_position_only():
     """A request that did well (rho > 1) is more likely to get its first draft accepted; past
     that, the server-wide conditional rates hold (they are measured on requests that got that

@@ -1,6 +1,8 @@
 """Session 44 scratch: what the in-process scripts here share. ``warm_engine``: an engine (s43's
-``_engine.engine_at``, 160 tokens a request) after its warm-up third; ``count_steps``: a counter of
-the engine's steps; ``trace_plans``: the policy's plans, each drafted one with why it drafted."""
+``_engine.engine_at``, 160 tokens a request) after its warm-up third; ``rotation_engine``: an
+adaptive engine for the full check's rotation of cells; ``count_steps``: a counter of the engine's
+steps; ``trace_plans``: the policy's plans, each drafted one with why it drafted. (Session 45's
+scratch uses them too.)"""
 import os
 import sys
 
@@ -16,6 +18,27 @@ def warm_engine(fixed_k, concurrency: int, default_set: str):
         r["max_tokens"] = 160
     drive(engine, reqs[:n], concurrency=concurrency, id_prefix="warm-")
     return engine, runner, reqs, n
+
+
+def rotation_engine():
+    """(engine, runner, reqs): an adaptive in-process engine of the demo pair at up to 64
+    requests, and ``reqs(prompt_set, n)``: n requests of that set, 160 tokens at most, stopping
+    at EOS (the bench's cells)."""
+    from transformers import AutoTokenizer
+    from dflash_vllm import envs, paths
+    from dflash_vllm.bench import profile as P
+    from dflash_vllm.prompts import prompt_set
+    envs.set(envs.FIXED_K, "adaptive")
+    llm = P._engine(P._spec(), 64)
+    tok = AutoTokenizer.from_pretrained(str(paths.DEMO_TARGET))
+    eos = [tok.eos_token_id]
+
+    def reqs(s, n):
+        ids = prompt_set(s, tok, n)[1]
+        return [{"prompt_token_ids": ids[i % len(ids)], "max_tokens": 160, "stop_token_ids": eos, "ignore_eos": False}
+                for i in range(n)]
+    engine = llm.llm_engine
+    return engine, engine.engine_core.engine_core.model_executor.driver_worker.worker.model_runner, reqs
 
 
 def count_steps(engine) -> list:

@@ -12,32 +12,18 @@ import os
 import sys
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 sys.path.insert(0, os.path.dirname(__file__))
-from _trace import count_steps, trace_plans  # noqa: E402
+from _trace import count_steps, rotation_engine, trace_plans  # noqa: E402
 
 
 def main():
     a = sys.argv[1:] + [None] * 4
     prev, pc, cur, c = a[0] or "code", int(a[1] or 64), a[2] or "chat", int(a[3] or 1)
-    from transformers import AutoTokenizer
-    from dflash_vllm import envs, paths
-    from dflash_vllm.bench import profile as P
     from dflash_vllm.driver import drive
-    from dflash_vllm.prompts import prompt_set
-    envs.set(envs.FIXED_K, "adaptive")
     if os.environ.get("ENTER_MARGIN"):  # (session 44's experiment, not kept: a margin to leave "no drafts")
         from dflash_vllm.adaptive import AdaptivePolicy
         AdaptivePolicy.ENTER_MARGIN = float(os.environ["ENTER_MARGIN"])
-    llm = P._engine(P._spec(), 64)
-    tok = AutoTokenizer.from_pretrained(str(paths.DEMO_TARGET))
-    eos = [tok.eos_token_id]
-
-    def reqs(s, n):
-        ids = prompt_set(s, tok, n)[1]
-        return [{"prompt_token_ids": ids[i % len(ids)], "max_tokens": 160, "stop_token_ids": eos, "ignore_eos": False}
-                for i in range(n)]
-    engine = llm.llm_engine
-    d = engine.engine_core.engine_core.model_executor.driver_worker.worker.model_runner.drafter
-    pol = d.policy
+    engine, runner, reqs = rotation_engine()
+    pol = runner.drafter.policy
     for s, cc in (("tasks", 1), ("code", 8), (prev, pc)):
         drive(engine, reqs(s, max(48, 6 * cc)), concurrency=cc, id_prefix=f"{s}{cc}-")
     log = []
