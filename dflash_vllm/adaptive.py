@@ -712,7 +712,6 @@ class _CachedOptimum(NamedTuple):
     verified: int  # verify steps observed when it was computed
     streak: int  # recomputations in a row with the same prices (threshold, cap) as the one before; > 0: settled
     shifts: int  # AcceptanceModel.shifts when it was computed
-    filled: tuple | None = None  # its plan with the drafts that fit the padded widths (_fill_width), if any
 
 
 class AdaptivePolicy:
@@ -1030,17 +1029,10 @@ class AdaptivePolicy:
             # Settled: the same prices twice running (the cap, and the threshold within a
             # quarter: it moves with the batch size, which may differ by as much), whichever
             # requests are in the batch (short requests change it every step or two).
-            # Or the same plan once filled to the padded widths (_fill_width): at batch 1 a cap of
-            # 11 and one of 15 both submit 15, and with the prices of short requests moving, the
-            # plan was recomputed every 4 steps (48 times in ~200 steps of tasks c = 1, ~0.8 ms
-            # each in the engine, session 45).
-            filled = (tuple(self._fill_width(opt.k, num_reqs)[0].tolist())
-                      if drafts and opt is not None and self.width is not None else None)
             settled = (c is not None and drafts and c.drafts and self.cost.verify.n >= self.SETTLE_STEPS
-                       and ((opt.cap == c.opt.cap and abs(opt.thr - c.opt.thr) <= 0.25 * c.opt.thr)
-                            or (filled is not None and filled == c.filled)))
+                       and opt.cap == c.opt.cap and abs(opt.thr - c.opt.thr) <= 0.25 * c.opt.thr)
             c = self._optimum_cache = _CachedOptimum(batch, self.step, opt, drafts, verified,
-                                                     c.streak + 1 if settled else 0, self.acceptance.shifts, filled)
+                                                     c.streak + 1 if settled else 0, self.acceptance.shifts)
         opt, drafts = c.opt, c.drafts
         r = len(dec_ids)
         if opt is None:  # the very first step: nothing measured, draft everything once

@@ -649,11 +649,16 @@ class DFlashProposer(SpecDecodeBaseProposer):
                 "submitted_hist": self.submitted_hist.tolist(), "context_rows_dropped": self._ctx_queue.dropped,
                 "context_rows_shed": self._ctx_queue.shed_rows, "requests_shed": self._ctx_queue.shed_requests,
                 "requests_closed_at_door": self._ctx_queue.closed_requests,
-                "requests_hit_unwritten": self._ctx_queue.hit_unwritten, "blocks_unwritten": len(self._ctx_queue.unwritten)}
+                "requests_hit_unwritten": self._ctx_queue.hit_unwritten, "blocks_unwritten": len(self._ctx_queue.unwritten),
+                "verify_steps_observed": self.policy.acceptance.verified_steps}
 
     def _observe_verified(self, result, scheduler_output, *args, **kwargs) -> None:
         """After vLLM's bookkeeping (host lists already there, no sync added): accepted drafts
-        per request for the drafts verified this step."""
+        per request for the drafts verified this step. Not under a pinned K, whose plan reads
+        no acceptance: the bookkeeping cost ~0.13 ms a drafted step at batch 1 on the demo pair
+        (session 45, ``bench/results/s45/scratch/plan_lines.py 15 1``), ~1 % of the step."""
+        if self.policy.fixed is not None:
+            return
         valid, id_to_index = result[3], result[6]
         model = self.policy.acceptance
         ids, drafted, accepted = [], [], []

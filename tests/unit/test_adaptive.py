@@ -925,39 +925,6 @@ def test_drafts_that_fit_the_padded_matmul_widths_are_added_and_no_width_grows()
     assert len(drafted) > 100 and all(x <= 8 or x == 15 for x in drafted), sorted(set(drafted))
 
 
-def test_plans_that_fill_to_the_same_widths_count_as_settled():
-    """A drafting optimum whose prices move (a cap of 11, then 15, the threshold by over a
-    quarter: short requests at batch 1) but whose plan fills to the same padded widths
-    (``_fill_width``: 15 drafts either way) is settled, and is recomputed every few steps
-    (``_replan_interval``); without the widths it is never settled, and is recomputed every step.
-    In the engine at tasks c = 1: 48 recomputations of ~0.8 ms in ~200 steps, 7-9 per 70 since
-    (session 45)."""
-    from dflash_vllm.adaptive import _Optimum
-    from dflash_vllm.fixes.cpu_gemm_widths import bucket
-
-    def recomputations(width) -> int:
-        p = AdaptivePolicy(15)
-        p.width = width
-        p.cost.verify.n = p.cost.plain.n = 1000  # measured long enough to settle; plain steps known
-        p.cost.plain_known_near = lambda n: True
-        calls = []
-
-        def optimum(dec_ids, num_reqs, num_decode=None):
-            cap = (11, 15)[len(calls) % 2]
-            calls.append(cap)
-            return _Optimum(np.array([cap]), 2.0, 1.0, 15, 1.0, 0.1 * (1 + len(calls) % 2), cap, 16.0)
-        p._optimum = optimum
-        p.zero_every = 10 ** 6  # no anchors: only the recomputations counted
-        for _ in range(400):
-            p.on_step(0.0, 1, 1, None)
-            p.plan(["a"], np.ones(1, dtype=bool))
-        return len(calls)
-
-    plain, filled = recomputations(None), recomputations(bucket)
-    print(f"recomputations in 400 steps: {plain} without the widths, {filled} with them")
-    assert plain >= 90 and filled <= plain / 3, (plain, filled)
-
-
 def test_request_skill_scales_the_first_position_only():
     """A request that did well (rho > 1) is more likely to get its first draft accepted; past
     that, the server-wide conditional rates hold (they are measured on requests that got that

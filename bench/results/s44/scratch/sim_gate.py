@@ -10,18 +10,23 @@ self.acceptance.shifts and not surprised and _near(c.batch[0], num_reqs) and not
 self._probe_due(c.opt, num_reqs=num_reqs): drafts = False``.
 
     python bench/results/s44/scratch/sim_gate.py [gate_seeds]
+
+``GATES=0,1,2`` (session 45, ``bench/results/s45/sim_gate2.txt``): a third variant, 2, gates only
+where a drafter forward near the probe's block was timed (the patch's condition gains ``and
+(self.GATE_FLIPS == 1 or self.cost.draft_known_near(opt.probe_block, num_reqs))``).
 """
 import sys, numpy as np
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[4]))
 from tests.unit.test_adaptive import _simulate_hist, DEMO_HIST, DEMO_COST, ENGINE_COST, _tasks_at_batch_1_after, _weak_cells, _hidden
 from dflash_vllm.adaptive import AdaptivePolicy
+GATES = [int(x) for x in __import__("os").environ.get("GATES", "0,1").split(",")]
 if sys.argv[1:] == ['gate_seeds']:
-    for gate in (False, True):
+    for gate in GATES:
         AdaptivePolicy.GATE_FLIPS = gate
         a = [_tasks_at_batch_1_after((("chat", 64, 60, 4, s),), s, steps=200, life=20, hidden=True, cost=ENGINE_COST) for s in range(16)]
         print(f"gate {gate}: fresh chat 64 -> tasks 1: mean {np.mean(a):.3f} min {min(a):.2f}", flush=True)
     sys.exit(0)
-for gate in (False, True):
+for gate in GATES:
     AdaptivePolicy.GATE_FLIPS = gate
     out = []
     for r in (1, 4, 8):

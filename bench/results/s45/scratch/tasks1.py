@@ -24,7 +24,8 @@ def main():
     for s, cc in (("tasks", 1), ("code", 8), (prev, pc)):
         drive(engine, reqs(s, max(16, 2 * cc)), concurrency=cc, id_prefix=f"w{s}{cc}-")
     log = []
-    trace_plans(pol, lambda req_ids, k, q, why: log.append((step[0], q, int(k.sum()), why)))
+    trace_plans(pol, lambda req_ids, k, q, why: log.append((step[0], q, int(k.sum()), why, len(req_ids), round(pol._level or 0, 2),
+                                                            pol.acceptance.survival(["<new>"])[0, 0].round(2))))
     step = count_steps(engine)
     call = []
     orig = runner.propose_draft_token_ids
@@ -80,11 +81,11 @@ def main():
             wall_p = sum(s["seconds"] for i, s in enumerate(res["steps"]) if i not in dsteps)
             tok_d = sum(s["new_tokens"] for i, s in enumerate(res["steps"]) if i in dsteps)
             qs = {}
-            for _, q, *_ in drafted:
+            for _, q, *_r in drafted:
                 qs[q] = qs.get(q, 0) + 1
             whys = {}
-            for *_, w in drafted:
-                whys[w] = whys.get(w, 0) + 1
+            for x in drafted:
+                whys[x[3]] = whys.get(x[3], 0) + 1
             row = dict(tps=toks / res["wall_s"], steps=n, drafted=len(drafted), first=first, toks=toks, tok_d=tok_d,
                        wall_d=wall_d, wall_p=wall_p, call_d=t_d, call_p=t_p, qs=dict(sorted(qs.items())), why=whys,
                        plain_after=sorted(i for i in range(first, n) if i not in dsteps)[:40])
@@ -94,6 +95,8 @@ def main():
                   f"({n - len(drafted)} steps), call drafted {t_d * 1e3 / max(len(drafted), 1):.2f} ms plain "
                   f"{t_p * 1e3 / max(n - len(drafted), 1):.3f} ms; q {row['qs']}; why {whys}", flush=True)
             print("     parts (ms per cell, calls):", {k: (round(v[0] * 1e3, 1), v[1]) for k, v in parts.items()}, flush=True)
+            if os.environ.get("FIRST"):
+                print("     first plans (step, q, sum k, why, batch, level, s(1)):", log[:int(os.environ["FIRST"])], flush=True)
             print(f"     plain steps after the first drafted: {row['plain_after']}", flush=True)
     for m, rows in out.items():
         print(m, "mean tok/s", sum(r["tps"] for r in rows) / len(rows))
