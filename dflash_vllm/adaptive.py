@@ -771,6 +771,8 @@ class AdaptivePolicy:
         self._look_again: int | None = None
         # The device's padded matmul width for a row count (``_fill_width``), or None: exact.
         self.width = None
+        self._filled = 0  # drafts _fill_width added to this step's plan
+        self._last_filled = 0  # ... to the latest plan's (the cost model leaves them out: on_step)
         self._members: tuple | None = None  # (the optimum, the batch, its k) re-derived for other members (_choose)
 
     # called once per step, at the start of the drafting call
@@ -809,14 +811,21 @@ class AdaptivePolicy:
             # costs more than its tokens say: 8-12 ms for ~100 tokens on the demo pair).
             transient = not drafted and (self._prev_submitted > 0 or num_tokens > num_reqs)
             if rest > 0:
+                # The drafts the plan priced, not those _fill_width added: those cost nothing (the
+                # step ran at the same padded widths without them), and counted, they taught the
+                # lines that every draft costs less, shallow plans at batch 1 (exact widths up to
+                # 8 rows) included: in session 45's first full check with the fill, chat c = 1
+                # drafted on 95 steps of 937 (session 44: 54).
+                fill = min(self._last_filled, drafts)
+                priced, tokens = drafts - fill, num_tokens - fill
                 if cm.verify.n >= 8:
                     # Clipped, not dropped: a stall inside the step (a GC pause) counts only up
                     # to `outlier` times the prediction, while a real jump in load (the model
                     # still thinks N is free) is followed within a few steps.
                     # (the prediction from the coefficients as last solved: a solve per step
                     # would cost more than the clip is worth)
-                    rest = min(rest, self.outlier * max(float(cm.t_verify(num_tokens - drafts, drafts, stale=True)), 1e-6))
-                cm.observe_step(rest, num_tokens, drafts=drafts, transient=transient)
+                    rest = min(rest, self.outlier * max(float(cm.t_verify(tokens - priced, priced, stale=True)), 1e-6))
+                cm.observe_step(rest, tokens, drafts=priced, transient=transient)
         if self._prev_now is not None:
             self._measure_probe(now - self._prev_now - idle, num_reqs)
         self._prev_now = now
@@ -916,6 +925,7 @@ class AdaptivePolicy:
             self.idle_left = 0  # (seeded rows, or tensor parallelism, drafted after all)
         self.steps_since_draft = 0 if q else self.steps_since_draft + 1
         self._prev_submitted, self._last_submitted = self._last_submitted, int(k.sum())
+        self._last_filled, self._filled = self._filled, 0
         return k, q
 
     def _update_level(self, num_reqs: int) -> None:
@@ -944,6 +954,7 @@ class AdaptivePolicy:
         self.acceptance.tick(num_decode)
         self.steps_since_draft += 1
         self._prev_submitted, self._last_submitted = self._last_submitted, 0
+        self._last_filled = 0
         return True
 
     def _idle_window(self, c: "_CachedOptimum", num_reqs: int) -> int:
@@ -1152,6 +1163,7 @@ class AdaptivePolicy:
                     free -= 1
             if free == grew:
                 break
+        self._filled = sum(kl) - int(k.sum())
         return np.array(kl, dtype=k.dtype), max(kl)
 
     def _probe_rows(self, dec_ids: list[str]) -> np.ndarray:
@@ -1293,7 +1305,7 @@ class AdaptivePolicy:
         # the engine 9.8-25 ms plain against 8.4-15 ms drafted at batch 1-28, g(1) 0.1-0.35, and
         # the policy drafted on prompts the drafter does not know.)
         rows = np.arange(r)[None, :]
-        lam, n_est = g0, n0 + self._last_submitted
+        lam, n_est = g0, n0 + self._last_submitted - self._last_filled
         best_g, best_k, best_c, best_thr = 0.0, None, 0, 0.0
         for _ in range(3):  # Dinkelbach on G = E / T
             thr = lam * cm.slope_verify(n_est)

@@ -881,7 +881,8 @@ def test_drafts_that_fit_the_padded_matmul_widths_are_added_and_no_width_grows()
     drafts that fit the widths a plan already pays for are added to it (the deepest requests
     first), and no width of the verify (batch + sum k) or of the drafter (R_d (q + 1) rows, its
     head R_d q) grows. In the engine at batch 1 the policy submitted 11 of a 15-draft block on
-    a third of tasks c = 1's steps at the cost of 15 (session 45, width_cost.py)."""
+    a third of tasks c = 1's steps at the cost of 15 (session 45, width_cost.py). The cost model
+    is taught the drafts the plan priced, not the fill."""
     from dflash_vllm.fixes.cpu_gemm_widths import bucket
 
     p = AdaptivePolicy(15)
@@ -916,6 +917,10 @@ def test_drafts_that_fit_the_padded_matmul_widths_are_added_and_no_width_grows()
     qs = []
     plan = p.plan
     p.plan = lambda *a, **kw: (lambda kq: qs.append((kq[1], p.dormant)) or kq)(plan(*a, **kw))
+    seen = []
+    observe = p.cost.observe_step
+    p.cost.observe_step = lambda sec, n, drafts=0, transient=False: (
+        seen.append((n, drafts)), observe(sec, n, drafts=drafts, transient=transient))
     hist = np.array([3, 42, 15, 18, 6, 6, 12, 9, 15, 0, 0, 3, 0, 0, 9, 18], dtype=float)
     _closed_loop(p, 1, lambda rng, k: np.minimum(rng.choice(16, size=1, p=hist / hist.sum()), k),
                  lambda n, r: 0.004 + 0.0012 * (n > 1) + 3e-4 * (bucket(n) - 1), lambda d: 0.0023 + 2e-4 * bucket(d),
@@ -923,6 +928,11 @@ def test_drafts_that_fit_the_padded_matmul_widths_are_added_and_no_width_grows()
     drafted = [q for q, dormant in qs[100:] if q and not dormant]  # (probes keep their depth)
     # (8: the drafter head's 8 rows are exact, 9 would pad to 16)
     assert len(drafted) > 100 and all(x <= 8 or x == 15 for x in drafted), sorted(set(drafted))
+    # The cost model sees the drafts the plan priced, not the fill: they cost nothing (counted,
+    # they taught it that every draft costs less, shallow plans included).
+    assert all(n - d == 1 for n, d in seen), "the fill's drafts left the step's N0 as it was"
+    priced = {d for n, d in seen[100:] if d}
+    assert priced - set(range(9)) - {15}, sorted(priced)  # raw plans of 9-14 drafts, verified as 15
 
 
 def test_request_skill_scales_the_first_position_only():
