@@ -56,7 +56,8 @@ The model (everything is learned online, on the host, from what vLLM already bri
   survival curve is worth drafting at batch 1 and not at batch 64, which only ``dI/dD`` and
   ``T_d(R_d (q + 1))`` see. Where the device pads the step's matmuls to a few row counts (CPU:
   fixes/cpu_gemm_widths.py), a drafting plan then gets the drafts that fit the widths it already
-  pays for (``AdaptivePolicy._fill_width``): the lines above cannot price that staircase.
+  pays for (``AdaptivePolicy._fill_width``): the lines above cannot price that staircase. The
+  cost model is taught the drafts the plan priced, not the added ones (``on_step``).
 
 Exploration: the priors are optimistic (drafting looks free until measured); while drafting,
 every ``dither_every``-th step submits one draft more or less per request (near the optimum
