@@ -439,7 +439,10 @@ class ContextQueue:
         e = entries[0]
         if len(entries) == 1 and e[7] is None and not isinstance(e[1], _Parts):
             return e[1:4]
-        return _gather_features(entries), _gather(entries, 2), _gather(entries, 3)
+        index = _live_index(entries)
+        if index is not None:
+            index = torch.from_numpy(index).to(entries[0][2].device)
+        return _gather_features(entries, index), _gather(entries, 2, index), _gather(entries, 3, index)
 
 
 class _Parts(tuple):
@@ -469,37 +472,45 @@ def _live_rows(entry: tuple) -> int:
     return _num_rows(entry[1]) if sel is None else len(sel)
 
 
-def _gather(entries: list[tuple], i: int) -> torch.Tensor:
-    """Field ``i`` (positions, slot mapping) of every entry's live rows, in order."""
-    out = []
+def _live_index(entries: list[tuple]) -> np.ndarray | None:
+    """The live rows of ``entries`` as indices into every entry's rows concatenated in order;
+    None if every row is live."""
+    if all(e[7] is None for e in entries):
+        return None
+    parts, off = [], 0
     for e in entries:
-        t, sel = e[i], e[7]
-        out.append(t if sel is None else t[torch.from_numpy(sel).to(t.device)])
-    return out[0] if len(out) == 1 else torch.cat(out)
+        n, sel = _num_rows(e[1]), e[7]
+        parts.append(np.arange(off, off + n) if sel is None else sel + off)
+        off += n
+    return np.concatenate(parts)
 
 
-def _gather_features(entries: list[tuple]) -> torch.Tensor:
-    """Every entry's live feature rows, in order, in one [rows, width] tensor: one ``torch.cat``
-    per feature layer into its columns (at batch 1 a queue holds hundreds of one-row steps;
-    a copy per step and layer cost ~4x the concatenation)."""
-    first = entries[0][1]
+def _gather(entries: list[tuple], i: int, index: torch.Tensor | None) -> torch.Tensor:
+    """Field ``i`` (positions, slot mapping) of every entry's live rows, in order (``index``:
+    ``_live_index`` as a tensor)."""
+    t = entries[0][i] if len(entries) == 1 else torch.cat([e[i] for e in entries])
+    return t if index is None else t.index_select(0, index)
+
+
+def _gather_features(entries: list[tuple], index: torch.Tensor | None) -> torch.Tensor:
+    """Every entry's live feature rows, in order, in one [rows, width] tensor (``index``:
+    ``_live_index`` as a tensor): per feature layer, one ``torch.cat`` of every entry's rows
+    and one ``index_select`` of the live ones, then the layers side by side. (Until session 46
+    each entry's live rows were indexed apart and concatenated into the output's columns: at
+    batch 8 with the door closed, ~210 entries of 8 rows, 4 live, that was 16 ms of a probe's
+    ~50-ms flush, line by line ``bench/results/s46/scratch/flush_lines.py``.) An entry holds
+    at most twice its live rows (``_subset``), so the concatenation before the selection
+    copies at most twice the rows kept. (At batch 1 a queue holds hundreds of one-row steps: a
+    copy per step and layer cost ~4x one concatenation.)"""
     # Layer by layer where every step was queued per layer (_Parts: steps that kept only some
     # rows; a queue can hold both kinds), else every step's rows whole (a _Parts step concatenated first).
-    split = all(isinstance(e[1], _Parts) for e in entries)
-    layers = first if isinstance(first, _Parts) else (first,)
-    ref = layers[0]
-    widths = [p.shape[-1] for p in layers] if split else [sum(p.shape[-1] for p in layers)]
-    out = torch.empty(sum(_live_rows(e) for e in entries), sum(widths), dtype=ref.dtype, device=ref.device)
-    idx = [None if e[7] is None else torch.from_numpy(e[7]).to(ref.device) for e in entries]
-    c = 0
-    for j, w in enumerate(widths):
-        rows = []
-        for e, ix in zip(entries, idx):
-            t = e[1][j] if split else _dense(e[1])
-            rows.append(t if ix is None else t[ix])
-        torch.cat(rows, dim=0, out=out[:, c:c + w])
-        c += w
-    return out
+    if all(isinstance(e[1], _Parts) for e in entries):
+        cols = [torch.cat([e[1][j] for e in entries]) for j in range(len(entries[0][1]))]
+    else:
+        cols = [torch.cat([_dense(e[1]) for e in entries])]
+    if index is not None:
+        cols = [c.index_select(0, index) for c in cols]
+    return cols[0] if len(cols) == 1 else torch.cat(cols, dim=-1)
 
 
 def _queued_features(aux_hidden_states, n: int) -> torch.Tensor:

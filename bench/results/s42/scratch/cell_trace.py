@@ -3,7 +3,7 @@ rotation, for repeats of tasks, code, chat, free at c = 1..64 on one in-process 
 requests: max(16, 2c) per cell, 160 tokens at most). Per cell: tok/s, mean submitted K (over
 decoding requests, every step), and at the cell's end the server-wide survival curve the policy
 reads for a request it has never seen, the modelled T_v of a plain step and of K = 3, 7, 15 drafts
-per request, and the modelled drafting call for K = 3 and 15; and the steps that drafted (drafter
+per request, and the modelled drafting call for K = 3 and 15 (K = 1, 3, 7, 15 from session 46); and the steps that drafted (drafter
 forwards: the rest were plain, prefill-only or idle-window steps).
 
     python bench/results/s42/scratch/cell_trace.py [REPEATS] [SETS] [CONCURRENCIES]
@@ -60,11 +60,11 @@ def main():
                 surv = pol.acceptance.survival(["<never-seen>"])[0, :10].round(2).tolist()
                 R = c
                 tv = [1e3 * float(cm.t_verify(R, R * k)) for k in (0, 3, 7, 15)] if cm.ready else []
-                td = [1e3 * float(cm.t_draft(R * (k + 1), R)) for k in (3, 15)] if cm.ready else []
+                td = [1e3 * float(cm.t_draft(R * (k + 1), R)) for k in (1, 3, 7, 15)] if cm.ready else []
                 drafted = d.num_drafter_forwards - f0
                 print(f"[{rep + 1}] {s:5} c={c:<3} {toks / wall:7.0f} tok/s steps {len(res['steps']):4d} meanK {mk:5.2f} "
                       f"drafted steps {drafted:3d} | "
-                      f"surv {surv} | T_v K0/3/7/15 {' '.join(f'{x:.1f}' for x in tv)} | T_d K3/15 "
+                      f"surv {surv} | T_v K0/3/7/15 {' '.join(f'{x:.1f}' for x in tv)} | T_d K1/3/7/15 "
                       f"{' '.join(f'{x:.1f}' for x in td)}", flush=True)
 
 
