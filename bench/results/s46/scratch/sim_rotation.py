@@ -8,7 +8,8 @@ Per repeat: tasks at c = 1..64 (steps as the engine took them), then chat at c =
 per tasks segment adaptive / best fixed K (pooled over seeds), repeat 1 and the later repeats
 apart, and the chat segments against the best fixed K. With ``local-forgetting.patch`` applied:
 LOCAL=0 turns its local forgetting off, HINGE sets the hinges' ridge, DKNOTS the drafting call's
-knots ("" none); on the code without the patch they change nothing.
+knots ("" none); on the code without the patch they change nothing. PROBE_EVERY sets the policy's
+probe floor (32).
 """
 import os
 import sys
@@ -100,7 +101,7 @@ def main():
         segs += [("tasks", r, s, 10) for r, s in TASK_STEPS.items()]
         segs += [("chat", r, s, 60) for r, s in CHAT_STEPS.items()]
     def adaptive():
-        p = AdaptivePolicy(15)
+        p = AdaptivePolicy(15, probe_every=int(os.environ.get("PROBE_EVERY", 32)))
         if os.environ.get("LOCAL") == "0":  # one global forgetting, as before session 46
             p.cost.verify.region = p.cost.draft.region = p.cost.plain.region = None
         return p
