@@ -616,11 +616,26 @@ class CostModel:
             return np.broadcast_to(t_plain, np.broadcast(n0, d).shape).astype(np.float64)
         return t_plain + np.where(d > 0, self._increment(th, n0, d), 0.0)
 
-    def t_verify_drafted(self, t_plain: float, n0: float, drafts: np.ndarray) -> np.ndarray:
-        """``t_verify(n0, drafts)`` for an array of draft counts, from ``t_plain = t_verify(n0)``
-        (the same coefficients: no solve in between): the same values for less host work (the
-        optimum's inner loop, ``AdaptivePolicy._optimum``)."""
-        return t_plain + np.where(drafts > 0, self._increment(self.verify.theta(), n0, drafts), 0.0)
+    def increment_at(self, n0: float):
+        """What d drafts add to a plain step at n0, as a function of d (an int; 0 for d <= 0):
+        ``_increment`` in Python floats, the same operations in the same order, so the same
+        values as ``t_verify(n0, d) - t_verify(n0)`` (its arrays, until session 47:
+        ``t_verify_drafted``). The optimum prices each of ~11 plans per round with it
+        (``AdaptivePolicy._optimum``), where numpy's per-call cost on arrays of 11 was a third of
+        its time."""
+        th = self.verify.theta().tolist()
+        s, c = self.SCALE, len(self.KNOTS)
+        slope, delta = th[2 + c], self._delta(th)
+        hinges = [(h, kn, max(n0 - kn, 0.0)) for h, kn in zip(th[2:2 + c], self.KNOTS) if h]
+
+        def increment(d: int) -> float:
+            if d <= 0:
+                return 0.0
+            x = slope * (d / s)
+            for h, kn, below in hinges:
+                x = x + h * (max(n0 + d - kn, 0.0) - below) / s
+            return delta + max(x, 0.0)
+        return increment
 
     def _increment(self, th, n0, d):
         """What d > 0 drafts add to a plain step at n0: delta plus the fit's increment in the
@@ -738,6 +753,7 @@ class AdaptivePolicy:
         self.cost = CostModel()
         caps = sorted({c for c in (1, 2, 3, 4, 6, 8, 11, 15, 23, 31, k_max) if 1 <= c <= k_max})
         self.caps = np.array(caps, dtype=np.int64)
+        self._cap_list = caps
         self.probe_every, self.dither_every, self.zero_every = probe_every, dither_every, zero_every
         self.explore_budget = explore_budget
         self.margin, self.outlier = margin, outlier
@@ -1009,7 +1025,7 @@ class AdaptivePolicy:
         the verifies in between; in between, requests that joined the batch get their k from
         the optimum's threshold and cap. The computation (~0.3 ms of host work on CPU, ~0.6-0.8
         in the engine: 5-7 % of a drafted step of the demo pair at batch 1, where a fixed K
-        pays nothing) then moves little from one verify to the next (and once its prices came
+        pays nothing; since session 47 ~0.13-0.19 ms warm, ~0.4-0.5 in the engine) then moves little from one verify to the next (and once its prices came
         out the same three times running, up to ``REPLAN_BACKOFF`` times as seldom:
         ``_replan_interval``; at once after a change of workload), while a plan still moving
         (a start, a change of workload) follows every verify (reused early, a first plan of the
@@ -1297,8 +1313,18 @@ class AdaptivePolicy:
         g0 = e0 / max(t0, 1e-9)
         # The drafter forward over the requests that draft (or the whole batch), one block each.
         subset = self.forward_drafting_rows_only
-        t_draft_all = cm.t_draft((r if subset else num_reqs) * (caps + 1), num_reqs)  # [C]: every decoding request drafts
-        terms = cm.draft_terms(num_reqs)  # (t_draft's line at this batch, for the loop below)
+        # The prices of the ~11 plans a round weighs, in Python floats (CostModel.increment_at,
+        # and t_draft's line at this batch): the same values as t_verify and t_draft on arrays, for
+        # about half the host time of this method (session 47, bench/results/s47/scratch/
+        # optimum_bench.py; the same optima to the last digit, scratch optimum_same.py).
+        increment = cm.increment_at(n0)
+        a, b, per_req = cm.draft_terms(num_reqs)
+        scale, cap_list = cm.SCALE, self._cap_list
+
+        def t_draft(block_tokens: int) -> float:
+            return max(a + b * block_tokens / scale + per_req, 0.0)
+        # every decoding request drafts (or the whole batch runs the forward)
+        t_draft_all = [t_draft((r if subset else num_reqs) * (cp + 1)) for cp in cap_list]
         # A step that verifies drafts is priced as the plain step it extends (t0, with the plain
         # line's local error) plus delta plus what its drafts add (CostModel): never below t0 +
         # delta. (Until session 19 the drafted plan was priced from the lines at N0 + sum k,
@@ -1312,27 +1338,28 @@ class AdaptivePolicy:
             thr = lam * cm.slope_verify(n_est)
             k_free = (s >= thr).sum(axis=1)  # s_i decreasing in j: the accepted set is a prefix
             kc = np.minimum(k_free[None, :], caps[:, None])  # [C, r]
-            gain = e0 + cs[rows, kc].sum(axis=1)
-            d_tot = kc.sum(axis=1)
-            t_v = cm.t_verify_drafted(t0, n0, d_tot)
-            t_draft = cm.t_draft(np.count_nonzero(kc, axis=1) * (caps + 1), num_reqs, terms) if subset else t_draft_all
-            g = gain / np.maximum(t_v + t_draft, 1e-9)
-            c = int(np.argmax(g))
+            gain = (e0 + cs[rows, kc].sum(axis=1)).tolist()
+            d_tot = kc.sum(axis=1).tolist()
+            t_d = ([t_draft(x * (cp + 1)) for x, cp in zip(np.count_nonzero(kc, axis=1).tolist(), cap_list)]
+                   if subset else t_draft_all)
+            g = [gn / max(t0 + increment(d) + td, 1e-9) for gn, d, td in zip(gain, d_tot, t_d)]
+            c = max(range(len(g)), key=g.__getitem__)  # (the first of equals, as np.argmax)
             if g[c] > best_g:
-                best_g, best_k, best_c, best_thr = float(g[c]), kc[c], c, float(thr)
+                best_g, best_k, best_c, best_thr = g[c], kc[c], c, float(thr)
             if abs(g[c] - lam) <= 1e-4 * lam:
                 break
-            lam, n_est = float(g[c]), float(n0 + d_tot[c])
+            lam, n_est = g[c], float(n0 + d_tot[c])
         # A probe (while drafting does not pay) drafts as deep as costs at most a quarter of a
         # plain step more than one draft each: on a device with idle compute that is the whole
         # block, and one probe then measures every position's acceptance, not only the first.
         # (For PROBE_ROWS of a larger batch: _probe_rows.)
         rp = min(r, self.PROBE_ROWS)
-        t_probe_draft = t_draft_all if rp == r or not subset else cm.t_draft(rp * (caps + 1), num_reqs)
-        t_caps = cm.t_verify_drafted(t0, n0, rp * caps) + t_probe_draft
-        q_probe = int(caps[np.flatnonzero(t_caps <= t_caps[0] + 0.25 * t0)[-1]])
-        i_probe = int(np.searchsorted(caps, q_probe))
+        t_probe_draft = t_draft_all if rp == r or not subset else [t_draft(rp * (cp + 1)) for cp in cap_list]
+        t_caps = [t0 + increment(rp * cp) + td for cp, td in zip(cap_list, t_probe_draft)]
+        lim = t_caps[0] + 0.25 * t0
+        i_probe = max(i for i, t in enumerate(t_caps) if t <= lim)
+        q_probe = cap_list[i_probe]
         # What a probe loses against a plain step, in plain steps (its accepted drafts count).
-        loss = float(t_caps[i_probe]) / max(t0, 1e-9) - (e0 + rp * float(cs[:, q_probe].mean())) / e0
-        return _Optimum(best_k, best_g, g0, q_probe, loss, best_thr, int(caps[best_c]),
+        loss = t_caps[i_probe] / max(t0, 1e-9) - (e0 + rp * float(cs[:, q_probe].mean())) / e0
+        return _Optimum(best_k, best_g, g0, q_probe, loss, best_thr, cap_list[best_c],
                         float((rp if subset else num_reqs) * (q_probe + 1)))

@@ -49,6 +49,40 @@ def test_cost_model_fits_piecewise_linear_steps():
     assert float(cm.t_draft(64, 64)) == pytest.approx(0.001 + 4e-6 * 64 + 3e-5 * 64, rel=0.05)
 
 
+def test_the_optimum_prices_its_plans_as_the_cost_model_does():
+    """_optimum prices the ~11 plans of each round in Python floats (CostModel.increment_at and
+    t_draft's line at the batch; session 47: half its host time) instead of numpy arrays. A plan's
+    price must still be the cost model's, to the last digit: the increment against t_verify over
+    draft counts on both sides of every hinge, and the goodput the optimum reports against the
+    one recomputed from t_verify and t_draft for the plan it returns."""
+    cm = CostModel()
+    rng = np.random.default_rng(3)
+    true = lambda n, d: 0.004 + 3e-5 * n + 2e-5 * d + 4e-5 * max(n + d - 256, 0) + 0.002 * (d > 0)  # noqa: E731
+    for _ in range(600):
+        n = int(np.exp(rng.uniform(0, np.log(400))))
+        d = int(rng.integers(0, 16 * n + 1)) if rng.random() < 0.7 else 0
+        cm.observe_step(true(n, d) * (1 + 0.02 * rng.standard_normal()), n + d, drafts=d)
+    th = cm.verify.theta()
+    assert any(th[2:2 + len(cm.KNOTS)] != 0) and cm.delta() > 0  # hinges and delta in play
+    for n0 in (1.0, 7.5, 60.0, 250.0, 900.0):
+        inc, t_plain = cm.increment_at(n0), float(cm.t_verify(n0))
+        for d in (0, 1, 3, 15, 100, 300, 1000, 2000):
+            assert t_plain + inc(d) == float(cm.t_verify(n0, d)), (n0, d)
+
+    p = AdaptivePolicy(15)
+    _simulate(p, np.full(8, 0.8), lambda n, r: 0.006 + 1e-4 * n + 0.001 * (n > r), lambda d: 0.003 + 5e-5 * d, steps=300)
+    ids = [f"r{i}" for i in range(8)]
+    p.prefill_tokens = 3.0
+    for num_decode in (8, 12):
+        opt = p._optimum(ids, 8, num_decode)
+        s = p.acceptance.survival(ids)
+        k = opt.k
+        e = num_decode + sum(float(s[i, :k[i]].sum()) for i in range(8))
+        t = float(p.cost.t_verify(8 + p.prefill_tokens, int(k.sum()))) + float(
+            p.cost.t_draft(int(np.count_nonzero(k)) * (opt.cap + 1), 8))
+        assert k.any() and opt.g == pytest.approx(e / t, rel=1e-12), (opt.g, e / t)
+
+
 def _simulate(policy: AdaptivePolicy, alphas: np.ndarray, t_verify, t_draft, steps: int = 600, seed: int = 0) -> float:
     """Closed loop at a constant batch, geometric acceptance per request: tokens per second."""
     def accepted(rng, k_prev):
