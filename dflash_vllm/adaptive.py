@@ -637,6 +637,16 @@ class CostModel:
             return delta + max(x, 0.0)
         return increment
 
+    def draft_at(self, num_reqs: float):
+        """``t_draft`` at a batch of ``num_reqs`` as a Python function of the block tokens (an
+        int): its line, the same operations in Python floats (see ``increment_at``)."""
+        a, b, per_req = self.draft_terms(num_reqs)
+        scale = self.SCALE
+
+        def t_draft(block_tokens: int) -> float:
+            return max(a + b * block_tokens / scale + per_req, 0.0)
+        return t_draft
+
     def _increment(self, th, n0, d):
         """What d > 0 drafts add to a plain step at n0: delta plus the fit's increment in the
         drafts (never negative)."""
@@ -672,10 +682,10 @@ class CostModel:
         th, c = self.verify.theta(), len(self.KNOTS)
         return max(0.0, (th[2 + c] + sum(h for h, kn in zip(th[2:2 + c], self.KNOTS) if n > kn)) / self.SCALE)
 
-    def t_draft(self, block_tokens, num_reqs: float, terms: tuple | None = None) -> np.ndarray:
+    def t_draft(self, block_tokens, num_reqs: float) -> np.ndarray:
         """The drafting call over ``block_tokens`` block tokens (a float or an array) in a step
-        of ``num_reqs`` requests; ``terms``: ``draft_terms(num_reqs)`` when the caller has them."""
-        a, b, per_req = terms if terms is not None else self.draft_terms(num_reqs)
+        of ``num_reqs`` requests."""
+        a, b, per_req = self.draft_terms(num_reqs)
         return np.maximum(a + b * np.asarray(block_tokens, dtype=np.float64) / self.SCALE + per_req, 0.0)
 
     def draft_terms(self, num_reqs: float) -> tuple[float, float, float]:
@@ -753,7 +763,6 @@ class AdaptivePolicy:
         self.cost = CostModel()
         caps = sorted({c for c in (1, 2, 3, 4, 6, 8, 11, 15, 23, 31, k_max) if 1 <= c <= k_max})
         self.caps = np.array(caps, dtype=np.int64)
-        self._cap_list = caps
         self.probe_every, self.dither_every, self.zero_every = probe_every, dither_every, zero_every
         self.explore_budget = explore_budget
         self.margin, self.outlier = margin, outlier
@@ -1025,8 +1034,9 @@ class AdaptivePolicy:
         the verifies in between; in between, requests that joined the batch get their k from
         the optimum's threshold and cap. The computation (~0.3 ms of host work on CPU, ~0.6-0.8
         in the engine: 5-7 % of a drafted step of the demo pair at batch 1, where a fixed K
-        pays nothing; since session 47 ~0.13-0.19 ms warm, ~0.4-0.5 in the engine) then moves little from one verify to the next (and once its prices came
-        out the same three times running, up to ``REPLAN_BACKOFF`` times as seldom:
+        pays nothing; since session 47 ~0.13-0.19 ms warm, ~0.4-0.5 in the engine) then moves
+        little from one verify to the next (and once its prices came out the same three times
+        running, up to ``REPLAN_BACKOFF`` times as seldom:
         ``_replan_interval``; at once after a change of workload), while a plan still moving
         (a start, a change of workload) follows every verify (reused early, a first plan of the
         whole block for 4 steps taught the cost model that drafting costs twice what it does,
@@ -1313,16 +1323,11 @@ class AdaptivePolicy:
         g0 = e0 / max(t0, 1e-9)
         # The drafter forward over the requests that draft (or the whole batch), one block each.
         subset = self.forward_drafting_rows_only
-        # The prices of the ~11 plans a round weighs, in Python floats (CostModel.increment_at,
-        # and t_draft's line at this batch): the same values as t_verify and t_draft on arrays, for
+        # The prices of the ~11 plans a round weighs, in Python floats (CostModel.increment_at
+        # and draft_at): the same values as t_verify and t_draft on arrays, for
         # about half the host time of this method (session 47, bench/results/s47/scratch/
         # optimum_bench.py; the same optima to the last digit, scratch optimum_same.py).
-        increment = cm.increment_at(n0)
-        a, b, per_req = cm.draft_terms(num_reqs)
-        scale, cap_list = cm.SCALE, self._cap_list
-
-        def t_draft(block_tokens: int) -> float:
-            return max(a + b * block_tokens / scale + per_req, 0.0)
+        increment, t_draft, cap_list = cm.increment_at(n0), cm.draft_at(num_reqs), caps.tolist()
         # every decoding request drafts (or the whole batch runs the forward)
         t_draft_all = [t_draft((r if subset else num_reqs) * (cp + 1)) for cp in cap_list]
         # A step that verifies drafts is priced as the plain step it extends (t0, with the plain

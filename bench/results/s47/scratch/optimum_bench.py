@@ -44,8 +44,6 @@ def main():
         open("/tmp/s47_opt_state.pkl", "wb").write(blob)
     pol, a, k = pickle.loads(blob)
     pol.__dict__.pop("_optimum", None)
-    if not hasattr(pol, "_cap_list"):  # a state saved before session 47's change
-        pol._cap_list = pol.caps.tolist()
     pols = [copy.deepcopy(pol) for _ in range(calls)]
     for p in pols:  # every plan follows new observations: the fits are solved again
         for r in (p.cost.verify, p.cost.plain, p.cost.draft):

@@ -22,6 +22,7 @@ spec.loader.exec_module(old)
 from dflash_vllm.adaptive import CostModel  # noqa: E402
 if not hasattr(CostModel, "t_verify_drafted"):  # (the old method's numpy pricing, gone since)
     CostModel.t_verify_drafted = old.CostModel.t_verify_drafted
+CostModel.t_draft = old.CostModel.t_draft  # (the old method passes t_draft a `terms` argument; the same line)
 seeds = int(sys.argv[2]) if len(sys.argv) > 2 else 4
 reps = int(sys.argv[3]) if len(sys.argv) > 3 else 2
 segs = []
