@@ -751,6 +751,7 @@ class AdaptivePolicy:
     COVER_EVERY = 8  # steps between plain anchors while the batch is far from every measured plain step
     LEVEL_PROBE_AFTER = 8  # steps without drafts before a probe once the load fell 4x (_probe_spacing)
     PROBE_ROWS = 8  # a probe drafts for this many requests of a larger batch (_probe_rows)
+    PROBE_AHEAD = 4  # requests keep drafter context while dormant only this near a probe (probe_soon)
     DOOR_BELOW = 0.9  # the door closes while drafting's best goodput is below this of no drafts (closes_door)
 
     def __init__(self, k_max: int, fixed: list[int] | None = None, probe_every: int = 32,
@@ -936,6 +937,9 @@ class AdaptivePolicy:
                 if self.idle_step(num_reqs, int(np.count_nonzero(is_decode))):
                     return k, 0
             rows = np.flatnonzero(is_decode)
+            if not len(rows) and can_shorten and (seeded is None or not (seeded & is_decode).any()):
+                self.plan_undraftable(num_reqs)
+                return k, 0
             self.acceptance.tick(len(rows))
             self._update_level(num_reqs)
             q = 0
@@ -953,6 +957,35 @@ class AdaptivePolicy:
         self._prev_submitted, self._last_submitted = self._last_submitted, int(k.sum())
         self._last_filled, self._filled = self._filled, 0
         return k, q
+
+    def plan_undraftable(self, num_reqs: int) -> None:
+        """``plan`` for a batch of ``num_reqs`` where no request may draft (every decoding one
+        kept no drafter context, or none decodes) and none is seeded: no drafts, the step counted.
+        The proposer calls it directly for a dormant batch whose requests all keep no context
+        (``DFlashProposer._plan``), with the step's clocks handed over later, as in the idle window
+        (which ends here: the steps it counted on are not the ones that pass)."""
+        self.idle_left = 0
+        self.acceptance.tick(0)
+        self._update_level(num_reqs)
+        self.steps_since_draft += 1
+        self._prev_submitted, self._last_submitted = self._last_submitted, 0
+        self._last_filled, self._filled = self._filled, 0
+
+    @property
+    def measuring_probe(self) -> bool:
+        """A probe's loss is being measured (``_measure_probe``): its steps' clocks are read at once."""
+        return self._probe_meas is not None
+
+    def probe_soon(self, num_reqs: int) -> bool:
+        """Whether a probe may come within ``PROBE_AHEAD`` steps at a batch of ``num_reqs``: one
+        due by then (``_probe_due``), a second look or a surprise waiting for the next plan, or a
+        probe being measured. While drafting does not pay (``closes_door``) and none is near, no
+        request keeps drafter context (``DFlashProposer._close_door``, ``_close_running``): a
+        probe then drafts for requests that arrive once it is near, from their prompt on."""
+        c = self._optimum_cache
+        if c is None or c.opt is None or self._probe_meas is not None or self._look_again is not None:
+            return True
+        return self.acceptance.surprised or self._probe_due(c.opt, num_reqs=num_reqs, ahead=self.PROBE_AHEAD)
 
     def _update_level(self, num_reqs: int) -> None:
         x = math.log2(max(num_reqs, 1))

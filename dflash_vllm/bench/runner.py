@@ -227,8 +227,13 @@ def run(args) -> dict:  # args: a BenchConfig
                          "stop_token_ids": [] if args.ignore_eos else eos,
                          "temperature": args.temperature, "seed": (1000 + i if args.temperature > 0 else None)}
                         for i in range(n)]
-                shift = (ci + rep) % len(order)
-                for m in order[shift:] + order[:shift]:
+                # Each method first in turn, and every other repeat in the reverse order, so that no
+                # method always runs right after the same other one (as the context sweep does).
+                # (What this does not balance: engines started later ran faster, see bench/README.md,
+                # session 48.)
+                seq = order if rep % 2 == 0 else order[::-1]
+                shift = (ci + rep) % len(seq)
+                for m in seq[shift:] + seq[:shift]:
                     res = workers[m].call({"cmd": "run", "requests": reqs, "concurrency": c})
                     raw.setdefault((name, c, m), []).append(res)
                     tps = sum(s["new_tokens"] for s in res["steps"]) / res["wall_s"]

@@ -49,6 +49,9 @@ logger = init_logger("vllm.dflash_vllm.proposer")
 # dropped from a queued step are freed once fewer than half of its rows are live, so the memory
 # held is at most twice that, see _subset).
 _MAX_DEFERRED, _MAX_DEFERRED_BYTES = 4096, 32 << 20
+# Step clocks a dormant batch without drafter context holds before handing them to the policy
+# (DFlashProposer._undraftable_plan): in one batch, after the forward's cold start.
+_MAX_HELD = 64
 
 
 class ContextQueue:
@@ -209,6 +212,28 @@ class ContextQueue:
             closed += 1
         self.closed_requests += closed
         return closed
+
+    def close(self, rids) -> int:
+        """``close_door`` for running requests: from now on they keep no context, and their
+        queued rows from the cut on are dropped, as ``shed`` drops them (with prefix caching
+        their prompt blocks stay queued: a later request may hit them). The number closed."""
+        if self.block_size is not None and not self.ledger:
+            return 0
+        cuts = {r: None if self.block_size is None else self._cut_of(r) for r in rids
+                if r not in self.incomplete and r not in self.protected}
+        victims = {r: c for r, c in cuts.items() if self.block_size is None or c is not None}
+        if not victims:
+            return 0
+        for r, c in victims.items():
+            self._cut_off(r, c)
+        self.closed_requests += len(victims)
+        if self.entries:
+            if self.block_size is None:
+                self.shed_rows += self._keep(lambda r, step: r not in victims)
+            else:
+                started = self._started
+                self.shed_rows += self._keep(lambda r, step: r not in victims or step < started.get(r, 0), victims)
+        return len(victims)
 
     def _hit_unwritten(self, rid: str, hit: int) -> None:
         self.incomplete.add(rid)
@@ -576,6 +601,7 @@ def _subset(entry: tuple, live: np.ndarray, per_row: bool = False) -> tuple | No
 
 class DFlashProposer(SpecDecodeBaseProposer):
     SENTINELS = 4  # requests that keep drafter context while drafting does not pay (_close_door)
+    CLOSE_AFTER = 32  # steps dormant in a row before no request keeps context away from probes (_keeps_none)
 
     def __init__(self, vllm_config: VllmConfig, device: torch.device, runner=None):
         spec = vllm_config.speculative_config
@@ -630,6 +656,7 @@ class DFlashProposer(SpecDecodeBaseProposer):
         take = runner.take_draft_token_ids
         runner.take_draft_token_ids = lambda: self._take_drafts(take)
         self._planned_q: int | None = None
+        self._dormant_run = 0  # plans in a row with the policy dormant (_keeps_none)
         self._idle_clocks: list[tuple] = []  # the idle window's steps' clocks, not yet handed over (_idle_plan)
         self._step_start: float | None = None
         self._call_end: float | None = None  # the previous drafting call ended
@@ -731,6 +758,7 @@ class DFlashProposer(SpecDecodeBaseProposer):
         if k_max and n and runner.input_batch.num_reqs:
             num_reqs = runner.input_batch.num_reqs
             q = self._plan(num_reqs, n, k_max, sampling_metadata)
+            self._dormant_run = self._dormant_run + 1 if self.policy.dormant else 0
             # Under async scheduling the skipped preparation would also feed the next step's
             # input corrections; there K is fixed anyway (the policy is off).
             if (q == 0 and aux_hidden_states is not None and runner.valid_sampled_token_count_event is None):
@@ -738,8 +766,10 @@ class DFlashProposer(SpecDecodeBaseProposer):
                 # forward, and this step's host work is what a K = 0 step pays over a plain one, all
                 # of it (session 41, bench/results/s41/k0-stub.json): numpy views and no slice of a
                 # tensor that already has the rows wanted.)
+                req_ids = runner.input_batch.req_ids[:num_reqs]
+                self._close_running(req_ids, num_reqs)
                 qsl = common_attn_metadata.query_start_loc_cpu.numpy()[: num_reqs + 1]
-                req_ids, counts = runner.input_batch.req_ids[:num_reqs], qsl[1:] - qsl[:-1]
+                counts = qsl[1:] - qsl[:-1]
                 starts = runner.input_batch.num_computed_tokens_cpu[:num_reqs].copy()  # first positions
                 positions, slots = runner._get_positions(n), _rows(common_attn_metadata.slot_mapping, n)
                 kept = queue.kept_rows(req_ids, counts, starts)
@@ -798,7 +828,7 @@ class DFlashProposer(SpecDecodeBaseProposer):
         their own seed are never closed (they draft K every step)."""
         runner, queue = self._runner, self._ctx_queue
         num_reqs = runner.input_batch.num_reqs
-        room = self.SENTINELS - (num_reqs - len(queue.incomplete))
+        room = (0 if self._keeps_none(num_reqs) else self.SENTINELS) - (num_reqs - len(queue.incomplete))
         if room >= 0:
             return
         # A seed from the request itself: the sampling metadata holds no generator for a
@@ -806,6 +836,46 @@ class DFlashProposer(SpecDecodeBaseProposer):
         # its first chunk never drafted, so its output depended on how its prompt was chunked.
         ids = [nr.req_id for nr in new_reqs if getattr(nr.sampling_params, "seed", None) is None]
         queue.close_door(ids[max(0, len(ids) + room):])
+
+    def _close_running(self, req_ids: list[str], num_reqs: int) -> None:
+        """After a plan of no drafts, while drafting does not pay by a margin
+        (``AdaptivePolicy.closes_door``), for ``CLOSE_AFTER`` plans in a row, and no probe is near
+        (``_keeps_none``): the running requests that still keep drafter context keep none from
+        now on (ContextQueue.close), so that a step without drafts queues no rows at all, and a
+        probe flushes none. A probe then drafts for requests that arrive once it is near
+        (``_close_door`` leaves them ``SENTINELS`` places), from their prompt on. Seeded requests
+        are never closed (they draft K every step; the seed is read from the request itself, as
+        in _close_door).
+
+        What it saves (session 48, demo pair): with nothing queued on any step without drafts
+        (an upper bound, ``bench/results/s48/bound.json``, chat and free at c = 1-16), adaptive's
+        step time outside the forwards fell from +0.28 to +0.15 ms over no speculation's and its
+        probes' from 0.14 to 0.06 ms a step (tok/s 0.979 -> 1.015 of no speculation's). This rule,
+        in same-run A/Bs over the full check's 28 cells (``ab-guard.json``): in the weak cells at
+        c = 16-64 -0.19 ms outside the forwards and 0.20 against 0.37 ms of probes a step; tok/s
+        +2 % in the weak cells, +0.5 % in the strong ones, once the bench's engine start-order
+        bias, measured by A/A runs of one code (``ab-aa*.json``), is taken out. At c = 1-4 the
+        door mostly stays open (drafting within ``DOOR_BELOW`` of no drafts) and nothing changes."""
+        queue = self._ctx_queue
+        inc, protected = queue.incomplete, queue.protected
+        if (num_reqs - len(inc) <= len(protected) or self._dormant_run < self.CLOSE_AFTER
+                or not self.policy.closes_door(num_reqs) or not self._keeps_none(num_reqs)):
+            return
+        reqs = self._runner.requests
+        ids = [r for r in req_ids if r not in inc and r not in protected
+               and getattr(getattr(reqs.get(r), "sampling_params", None), "seed", None) is None]
+        if ids:
+            queue.close(ids)
+
+    def _keeps_none(self, num_reqs: int) -> bool:
+        """Whether no request keeps drafter context now (``_close_running``, ``_close_door``):
+        the policy has been dormant for ``CLOSE_AFTER`` plans in a row and no probe is near. A
+        closed request never drafts, so a dormant spell shorter than that (the cost model pricing
+        a few steps of a workload that pays badly, a cell's start) closes only arrivals beyond the
+        sentinels, as before. (Without the wait, session 48's first A/B, ``ab-close.json``, had
+        code c = 8-32 submit 8.0-8.6 drafts a request against 10.1-11.9; its strong cells' tok/s
+        were the same once the bench's start-order bias is out.)"""
+        return self._dormant_run >= self.CLOSE_AFTER and not self.policy.probe_soon(num_reqs)
 
     def _find_kv_group(self, runner) -> int:
         """The KV cache group holding every drafter layer (its block ids are the ones the
@@ -837,6 +907,9 @@ class DFlashProposer(SpecDecodeBaseProposer):
         gap = step_start - self._call_end if step_start is not None and self._call_end is not None else None
         overhead, self._overhead = self._overhead, 0.0
         clocks = (now, num_tokens, num_reqs, step_start, gap, overhead)
+        inc = self._ctx_queue.incomplete
+        if inc and self._undraftable_plan(inc, num_reqs, clocks, sampling_metadata):
+            return 0
         if self.policy.idle_left > 0 and self._idle_plan(num_reqs, clocks, sampling_metadata):
             return 0
         self._catch_up()
@@ -892,6 +965,28 @@ class DFlashProposer(SpecDecodeBaseProposer):
         if not self.policy.idle_step(num_reqs, draftable):
             return False
         self._idle_clocks.append(clocks)
+        self.submitted_hist[0] += num_decode
+        if self._record_lengths:
+            metrics.observe_undrafted(num_decode)
+        self._pending_k = None
+        return True
+
+    def _undraftable_plan(self, inc: set, num_reqs: int, clocks: tuple, sampling_metadata) -> bool:
+        """A dormant step whose requests all keep no drafter context (``_close_running``): no
+        drafts, and nothing to read for it (``AdaptivePolicy.plan_undraftable``); its clocks wait,
+        as an idle window's do (at most ``_MAX_HELD`` of them). False where ``_plan`` must go on: a
+        request that may draft, a seeded one, a drafting call's time to read, a probe being
+        measured, or a forward that must be the same on every rank."""
+        policy, runner = self.policy, self._runner
+        if (not policy.dormant or self._draft_timing is not None or policy.measuring_probe or not self._same_on_all_ranks
+                or getattr(sampling_metadata, "generators", None)
+                or not inc.issuperset(runner.input_batch.req_ids[:num_reqs])):
+            return False
+        self._idle_clocks.append(clocks)
+        if len(self._idle_clocks) >= _MAX_HELD:
+            self._catch_up()
+        policy.plan_undraftable(num_reqs)
+        num_decode = num_reqs - int(np.count_nonzero(runner.discard_request_mask.np[:num_reqs]))
         self.submitted_hist[0] += num_decode
         if self._record_lengths:
             metrics.observe_undrafted(num_decode)

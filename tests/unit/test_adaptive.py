@@ -1421,6 +1421,11 @@ def test_every_second_of_a_step_is_in_one_clock_of_the_policy_but_the_deferred_c
     class Policy:
         idle_left = 0
 
+        dormant = False  # drafting pays: every request keeps context
+
+        def closes_door(self, num_reqs):
+            return False
+
         def on_step(self, now, num_tokens, num_reqs, step_start, gap, overhead=0.0):
             told["steps"].append((now - step_start) + (gap or 0.0) + overhead)
 
@@ -2254,3 +2259,73 @@ def test_plain_step_anchors_while_drafting_stay_within_the_exploration_budget():
     share = plain * loss_per_plain / len(late)
     print(f"tasks at batch 1: {plain} plain steps in {len(late)}, each {loss_per_plain:.2f} of a drafted step: {share:.4f}")
     assert 0.004 <= share <= 1.3 * p.explore_budget
+
+
+def test_running_requests_closed_while_dormant_drop_their_queued_rows_but_prompt_blocks():
+    """``ContextQueue.close`` (the proposer's ``_close_running``: dormant by a margin, no probe
+    near): running requests keep no drafter context from then on, and their rows already queued
+    are dropped (never a protected request's). With prefix caching, their prompt's full blocks
+    stay queued and the blocks from there on are ledgered unwritten."""
+    import torch
+
+    from dflash_vllm.proposers.dflash import ContextQueue
+
+    q = ContextQueue()
+    q.protected = {"s"}
+    q.end(set())
+    q.add(*_rows(["a", "s", "b"], [2, 2, 2], 0), ["a", "s", "b"], np.array([2, 2, 2]))
+    assert q.close(["a", "s"]) == 1 and q.incomplete == {"a"} and q.closed_requests == 1
+    assert q.rows == 4 and q.shed_rows == 2
+    q.add(*_rows(["a", "s", "b"], [1, 1, 1], 6), ["a", "s", "b"], np.array([1, 1, 1]))  # a's row: not queued
+    assert q.rows == 6 and q.close(["a"]) == 0  # closed once
+    feats, _, _ = q.take()
+    assert feats[:, 0].long().tolist() == [2, 3, 4, 5, 7, 8]
+
+    q = ContextQueue(block_size=4)
+    ns = types.SimpleNamespace
+    q.ledger = True
+    q.end(set())
+    q.schedule([ns(req_id="a", prompt_token_ids=[0] * 6, block_ids=([10, 11, 12],), num_computed_tokens=0)], None)
+    pos = torch.arange(9)
+    q.add(pos[:, None].float(), pos, pos, ["a"], np.array([9]), np.array([0]))  # prompt 6 + 3 generated
+    assert q.close(["a"]) == 1 and q.incomplete == {"a"} and q.unwritten == {11, 12}
+    q.add(pos[9:, None].float() + 9, pos[:1] + 9, pos[:1] + 9, ["a"], np.array([1]), np.array([9]))
+    _, queued, _ = q.take()
+    assert queued.tolist() == [0, 1, 2, 3]  # the prompt's full block only
+    q2 = ContextQueue(block_size=4)
+    q2.schedule([ns(req_id="a", prompt_token_ids=[0] * 6, block_ids=([10, 11],), num_computed_tokens=0)], None)
+    assert q2.close(["a"]) == 0 and not q2.incomplete  # no ledger: nothing may go unwritten
+
+
+def test_while_dormant_requests_keep_context_only_near_a_probe():
+    """``probe_soon``: requests keep drafter context while dormant only within ``PROBE_AHEAD``
+    steps of a due probe (or with a look, a surprise or a probe measurement pending), so that the
+    steps in between queue nothing; ``plan_undraftable`` counts a step without any request that
+    may draft as ``plan`` does, and ends the idle window."""
+    from dflash_vllm.adaptive import _CachedOptimum, _Optimum
+
+    p = AdaptivePolicy(15)
+    assert p.probe_soon(8)  # nothing planned yet: keep context
+    ids = [f"r{i}" for i in range(8)]
+    opt = _Optimum(np.zeros(8, dtype=np.int64), 0.5, 1.0, 15, 1.0, 0.1, 4, 128.0)
+    p._optimum_cache = _CachedOptimum((8, ids), p.step, opt, False, 0, 0, 0)
+    spacing = p._probe_spacing(opt, 8)
+    p.steps_since_draft = spacing - 1 - p.PROBE_AHEAD - 1
+    assert not p.probe_soon(8)
+    p.steps_since_draft += 1
+    assert p.probe_soon(8)
+    p.steps_since_draft = 0
+    assert not p.probe_soon(8)
+    p._look_again = 3
+    assert p.probe_soon(8)
+    p._look_again = None
+    p.acceptance.surprised = True
+    assert p.probe_soon(8)
+    p.acceptance.surprised = False
+
+    q = AdaptivePolicy(15)
+    q._optimum_cache, q.steps_since_draft, q.idle_left = p._optimum_cache, 5, 3
+    k, n = q.plan(ids, np.zeros(8, dtype=bool))
+    assert n == 0 and not k.any() and q.steps_since_draft == 6 and q.idle_left == 0
+    q.plan_undraftable(8)
+    assert q.steps_since_draft == 7 and q._level is not None

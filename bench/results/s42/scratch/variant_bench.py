@@ -25,7 +25,8 @@ if sys.argv[1] == "bisect":
     METHODS = "none,none#2,ours@k=0," + ",".join(ENVS)
 else:  # ab METHOD
     ENVS, ARGS = {sys.argv[2] + "#2": {"S42_CODE": os.environ.get("S42_CODE", "")}}, sys.argv[3:]
-    METHODS = f"none,none#2,{sys.argv[2]},{sys.argv[2]}#2"
+    METHODS = (f"none,none#2,{sys.argv[2]}#2,{sys.argv[2]}" if os.environ.get("S48_OLD_FIRST")  # start order swapped
+               else f"none,none#2,{sys.argv[2]},{sys.argv[2]}#2")
 
 
 def method_configs(args):
