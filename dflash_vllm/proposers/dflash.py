@@ -199,9 +199,15 @@ class ContextQueue:
         prefix caching, from their prompt's last full block on (prompt blocks are written: a
         later request may hit them), and only with the ledger on. Protected requests are never
         closed. The number closed."""
+        return len(self._close(rids))
+
+    def _close(self, rids) -> dict:
+        """Mark ``rids`` closed (``close_door``, ``close``): each incomplete from its cut on;
+        protected and already incomplete ones, and with prefix caching those whose prompt length
+        is unknown or all of them while the ledger is off, are left. The closed ones, with their cuts."""
         if self.block_size is not None and not self.ledger:
-            return 0
-        closed = 0
+            return {}
+        closed = {}
         for r in rids:
             if r in self.incomplete or r in self.protected:
                 continue
@@ -209,25 +215,16 @@ class ContextQueue:
             if self.block_size is not None and cut is None:
                 continue
             self._cut_off(r, cut)
-            closed += 1
-        self.closed_requests += closed
+            closed[r] = cut
+        self.closed_requests += len(closed)
         return closed
 
     def close(self, rids) -> int:
         """``close_door`` for running requests: from now on they keep no context, and their
         queued rows from the cut on are dropped, as ``shed`` drops them (with prefix caching
         their prompt blocks stay queued: a later request may hit them). The number closed."""
-        if self.block_size is not None and not self.ledger:
-            return 0
-        cuts = {r: None if self.block_size is None else self._cut_of(r) for r in rids
-                if r not in self.incomplete and r not in self.protected}
-        victims = {r: c for r, c in cuts.items() if self.block_size is None or c is not None}
-        if not victims:
-            return 0
-        for r, c in victims.items():
-            self._cut_off(r, c)
-        self.closed_requests += len(victims)
-        if self.entries:
+        victims = self._close(rids)
+        if victims and self.entries:
             if self.block_size is None:
                 self.shed_rows += self._keep(lambda r, step: r not in victims)
             else:
@@ -858,8 +855,7 @@ class DFlashProposer(SpecDecodeBaseProposer):
         door mostly stays open (drafting within ``DOOR_BELOW`` of no drafts) and nothing changes."""
         queue = self._ctx_queue
         inc, protected = queue.incomplete, queue.protected
-        if (num_reqs - len(inc) <= len(protected) or self._dormant_run < self.CLOSE_AFTER
-                or not self.policy.closes_door(num_reqs) or not self._keeps_none(num_reqs)):
+        if num_reqs - len(inc) <= len(protected) or not self._keeps_none(num_reqs):
             return
         reqs = self._runner.requests
         ids = [r for r in req_ids if r not in inc and r not in protected
@@ -869,13 +865,15 @@ class DFlashProposer(SpecDecodeBaseProposer):
 
     def _keeps_none(self, num_reqs: int) -> bool:
         """Whether no request keeps drafter context now (``_close_running``, ``_close_door``):
-        the policy has been dormant for ``CLOSE_AFTER`` plans in a row and no probe is near. A
+        the policy has been dormant for ``CLOSE_AFTER`` plans in a row, the door is closed
+        (``AdaptivePolicy.closes_door``) and no probe is near. A
         closed request never drafts, so a dormant spell shorter than that (the cost model pricing
         a few steps of a workload that pays badly, a cell's start) closes only arrivals beyond the
         sentinels, as before. (Without the wait, session 48's first A/B, ``ab-close.json``, had
         code c = 8-32 submit 8.0-8.6 drafts a request against 10.1-11.9; its strong cells' tok/s
         were the same once the bench's start-order bias is out.)"""
-        return self._dormant_run >= self.CLOSE_AFTER and not self.policy.probe_soon(num_reqs)
+        return (self._dormant_run >= self.CLOSE_AFTER and self.policy.closes_door(num_reqs)
+                and not self.policy.probe_soon(num_reqs))
 
     def _find_kv_group(self, runner) -> int:
         """The KV cache group holding every drafter layer (its block ids are the ones the
@@ -965,11 +963,16 @@ class DFlashProposer(SpecDecodeBaseProposer):
         if not self.policy.idle_step(num_reqs, draftable):
             return False
         self._idle_clocks.append(clocks)
+        self._count_undrafted(num_decode)
+        return True
+
+    def _count_undrafted(self, num_decode: int) -> None:
+        """A step planned without ``_plan``'s full path (``_idle_plan``, ``_undraftable_plan``):
+        ``num_decode`` requests submitted no drafts (histogram, /metrics), none pending."""
         self.submitted_hist[0] += num_decode
         if self._record_lengths:
             metrics.observe_undrafted(num_decode)
         self._pending_k = None
-        return True
 
     def _undraftable_plan(self, inc: set, num_reqs: int, clocks: tuple, sampling_metadata) -> bool:
         """A dormant step whose requests all keep no drafter context (``_close_running``): no
@@ -986,11 +989,7 @@ class DFlashProposer(SpecDecodeBaseProposer):
         if len(self._idle_clocks) >= _MAX_HELD:
             self._catch_up()
         policy.plan_undraftable(num_reqs)
-        num_decode = num_reqs - int(np.count_nonzero(runner.discard_request_mask.np[:num_reqs]))
-        self.submitted_hist[0] += num_decode
-        if self._record_lengths:
-            metrics.observe_undrafted(num_decode)
-        self._pending_k = None
+        self._count_undrafted(num_reqs - int(np.count_nonzero(runner.discard_request_mask.np[:num_reqs])))
         return True
 
     def _catch_up(self) -> None:
