@@ -178,6 +178,35 @@ def provenance() -> dict:
     }
 
 
+def hold_ballast(gib: float) -> bytearray | None:
+    """Memory the bench process writes and holds before any engine starts (CPU), so that every
+    engine's memory comes from what is left. Why: on the 2-core CPU VMs of sessions 48-49, engine
+    processes of one configuration ran slower the earlier they started (four engines of no
+    speculation, interleaved: 1.000, 1.050, 1.069, 1.071 in start order; with the start order
+    reversed the first-started read 0.87 of the last), whichever name or rotation index they had.
+    Per process, everything /proc shows was the same (threads, affinity, RSS, huge pages); an idle
+    throwaway engine started first took part of it (1.000, 1.030, 1.030, 1.054), 8 GiB written
+    and held first took it all (1.000, 1.023, 1.002, 1.012). So it follows the physical memory an
+    engine gets: the pages the kernel hands out first (those freed most recently) run slower on
+    these VMs, likely from how the host backs guest memory that was freed and reused. -1: a
+    third of the available memory, at most 8 GiB. None where there is nothing to hold."""
+    if gib < 0:
+        avail = 0
+        try:
+            with open("/proc/meminfo") as f:
+                avail = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+        except (OSError, StopIteration):
+            pass
+        size = min(8 << 30, avail // 3)
+    else:
+        size = int(gib * 2**30)
+    if size < 4096:
+        return None
+    ballast = bytearray(size)  # zero pages, not yet backed: one write per page backs each
+    ballast[::4096] = b"\1" * len(range(0, size, 4096))
+    return ballast
+
+
 def run(args) -> dict:  # args: a BenchConfig
     from transformers import AutoTokenizer
 
@@ -204,6 +233,8 @@ def run(args) -> dict:  # args: a BenchConfig
     print(f"bench: {len(methods)} methods x {len(cells)} cells ({', '.join(methods)}); logs in {args.log_dir}", flush=True)
     workers: dict[str, Worker] = {}
     info: dict[str, dict] = {}
+    ballast = hold_ballast(args.ballast_gib) if "kv_cache_memory_bytes" in kw else None  # CPU only
+    ballast_bytes = len(ballast) if ballast is not None else 0
     try:
         for m, mc in methods.items():
             cfg = {"model": args.target, "engine": kw, "sync_timers": True, **mc}
@@ -229,8 +260,6 @@ def run(args) -> dict:  # args: a BenchConfig
                         for i in range(n)]
                 # Each method first in turn, and every other repeat in the reverse order, so that no
                 # method always runs right after the same other one (as the context sweep does).
-                # (What this does not balance: engines started later ran faster, see bench/README.md,
-                # session 48.)
                 seq = order if rep % 2 == 0 else order[::-1]
                 shift = (ci + rep) % len(seq)
                 for m in seq[shift:] + seq[:shift]:
@@ -241,6 +270,7 @@ def run(args) -> dict:  # args: a BenchConfig
     finally:
         for w in workers.values():
             w.close()
+        del ballast
     out_cells = []
     for (name, c, m), runs in raw.items():
         k = (methods[m]["speculative_config"] or {}).get("num_speculative_tokens")  # K_max: the histogram's width
@@ -261,6 +291,7 @@ def run(args) -> dict:  # args: a BenchConfig
                    "engine": kw, "quick": args.quick, "options": dataclasses.asdict(args)},
         "provenance": provenance(),
         "methods": info,
+        "ballast_bytes": ballast_bytes,
         "cells": out_cells,
     }
     result["adaptive_check"] = report.adaptive_check(result)  # [] without `ours` in the run

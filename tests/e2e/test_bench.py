@@ -15,7 +15,7 @@ pytestmark = pytest.mark.e2e
 def result(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench") / "quick.json"
     cmd = [sys.executable, "-m", "dflash_vllm.cli", "bench", "--quick", "--concurrency", "1,4", "--min-requests", "6",
-           "--max-tokens", "48", "--grid-sets", "code", "--out", str(out)]
+           "--max-tokens", "48", "--grid-sets", "code", "--ballast-gib", "0.25", "--out", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     return out, json.loads(out.read_text()), proc.stdout
@@ -29,6 +29,7 @@ def test_every_method_and_cell_present(result):
     assert keys == want
     for k in ("git_commit", "vllm", "torch", "machine", "time"):
         assert r["provenance"][k]
+    assert r["ballast_bytes"] == 2**28  # --ballast-gib 0.25: held while the engines ran (CPU)
 
 
 def test_greedy_outputs_identical_across_methods(result):

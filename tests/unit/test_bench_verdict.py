@@ -109,3 +109,14 @@ def test_replica_control_reads_each_none_replica_against_none_per_cell():
     assert any(line.startswith("A/A control: none#2, none#3") and "1 of 4 replica cells below 0.97" in line
                for line in adaptive_tables({"cells": cells}))
     assert replica_control({"cells": [c for c in cells if "#" not in c["method"]]}) is None
+
+
+def test_ballast_is_written_and_held_and_zero_means_none():
+    """The bench's ballast (runner.hold_ballast): the size asked for, every page written (so it is
+    backed before the engines start, not when first touched), and nothing for 0."""
+    from dflash_vllm.bench.runner import hold_ballast
+
+    assert hold_ballast(0) is None
+    b = hold_ballast(1 / 1024)  # 1 MiB
+    assert len(b) == 2**20
+    assert b.count(1) == 2**20 // 4096 and all(b[i] == 1 for i in range(0, 2**20, 4096))
