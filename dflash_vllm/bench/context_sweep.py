@@ -83,12 +83,14 @@ class ContextSweep:
     max_tokens: int = opt(48, "new tokens per request (EOS ignored)")
     k: int = opt(15, "drafts per step")
     work: str = opt("/tmp/dflash-context-sweep", "where the tiny pair is made (once)")
+    ballast_gib: float = opt(-1.0, "GiB of memory held, written, while the engines start and run (-1: a third "
+                                   "of the available memory, at most 8; 0: none; see runner.hold_ballast)")
     out: str | None = opt(None, "result JSON (default bench/results/context_sweep.json)")
 
 
 def main(argv=None) -> int:
     from ..paths import results_dir
-    from .runner import Worker, provenance
+    from .runner import Worker, hold_ballast, provenance
 
     ap = argparse.ArgumentParser(prog="dflash-vllm bench context-sweep", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_options(ap, ContextSweep)
@@ -112,6 +114,8 @@ def main(argv=None) -> int:
     log_dir = os.path.join(os.path.dirname(args.out), "context-sweep-logs")
     os.makedirs(log_dir, exist_ok=True)
     workers = {}
+    ballast = hold_ballast(args.ballast_gib)  # (the engine started first ran slow without it)
+    ballast_bytes = len(ballast) if ballast is not None else 0
     try:
         for m in methods:
             cfg = {"model": target, "engine": engine, "speculative_config": spec, **METHODS[m]}
@@ -133,6 +137,7 @@ def main(argv=None) -> int:
     finally:
         for w in workers.values():
             w.close()
+        del ballast
     cells = {}
     for key, by_m in runs.items():
         cell = {m: {"draft_ms": round(statistics.mean(r["draft_ms"] for r in rs), 3),
@@ -147,7 +152,7 @@ def main(argv=None) -> int:
     result = {"what": "draft ms per decode step vs context length, ours vs native, same random weights",
               "config": {"contexts": contexts, "batches": batches, "methods": methods, "passes": args.passes,
                          "max_tokens": args.max_tokens, "k": args.k, "target": "tiny random Qwen3, hidden 256, "
-                         "4 layers, head_dim 64", "drafter": "random, 2 layers", "engine": engine},
+                         "4 layers, head_dim 64", "drafter": "random, 2 layers", "engine": engine, "ballast_bytes": ballast_bytes},
               "cells": cells, "length_growth": growth, "provenance": provenance()}
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
