@@ -5,6 +5,9 @@ cell: goodput with drafts over without (G/G0), the best cap and threshold, the p
 t0, what the drafts add, the drafter call), the acceptance rates and the cost fits.
 
     python bench/results/s49/scratch/cold_batch.py [CONCURRENCIES] [MIN_BATCH] [SETS]
+
+REPEATS=N passes (default 2); S49_NEAREST=1 tries a plain-step price at a batch bucket without plain
+steps from the nearest bucket's error (the line's own error there, CostModel._local).
 """
 import os
 import sys
@@ -23,6 +26,18 @@ def main():
     from dflash_vllm.driver import drive
     from dflash_vllm.prompts import prompt_set
     envs.set(envs.FIXED_K, "adaptive")
+    if os.environ.get("S49_NEAREST"):  # lead 3, tried: a bucket without plain steps takes the nearest one's error
+        from dflash_vllm.adaptive import CostModel
+        own = CostModel._local
+
+        def _local(self, n, plain):
+            b = self._bucket(n)
+            for x in (b, b - 1, b + 1, b - 2, b + 2):
+                e = self._near.get(x)
+                if e is not None and self._steps - e[2] <= self.LOCAL_WITHIN and self.plain.n >= self.PLAIN_MIN:
+                    return e[1] - max(self._line(plain, e[0]), 0.0)
+            return 0.0
+        CostModel._local = _local if os.environ["S49_NEAREST"] == "1" else own
     llm = P._engine(P._spec(), max(concs))
     tok = AutoTokenizer.from_pretrained(str(paths.DEMO_TARGET))
     eos = [tok.eos_token_id]
