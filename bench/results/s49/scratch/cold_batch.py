@@ -7,7 +7,8 @@ t0, what the drafts add, the drafter call), the acceptance rates and the cost fi
     python bench/results/s49/scratch/cold_batch.py [CONCURRENCIES] [MIN_BATCH] [SETS]
 
 REPEATS=N passes (default 2); S49_NEAREST=1 tries a plain-step price at a batch bucket without plain
-steps from the nearest bucket's error (the line's own error there, CostModel._local).
+steps from the nearest bucket's error (the line's own error there, CostModel._local);
+S49_PREBUILD=M builds every padded width up to M rows in every padded layer once, at load.
 """
 import os
 import sys
@@ -46,6 +47,26 @@ def main():
     drive(engine, [{"prompt_token_ids": p, "max_tokens": 16, "stop_token_ids": eos, "ignore_eos": False}
                    for p in prompts[sets[0]][:4]], concurrency=2, id_prefix="warm-")
     d = engine.engine_core.engine_core.model_executor.driver_worker.worker.model_runner.drafter
+    if os.environ.get("S49_PREBUILD"):  # lead 1, tried: every padded width's primitive built at load
+        import torch
+        from dflash_vllm.fixes import cpu_gemm_widths as W
+        runner = engine.engine_core.engine_core.model_executor.driver_worker.worker.model_runner
+        widths = sorted({W.bucket(m) for m in range(1, int(os.environ["S49_PREBUILD"]) + 1)}, reverse=True)
+        t, n = time.perf_counter(), 0
+        for model in (runner.model, d.model):
+            for mod in model.modules():
+                fn = getattr(mod, "cpu_linear", None)
+                if fn is None or not hasattr(fn, W.MARK):
+                    continue
+                k = getattr(mod, "input_size_per_partition", None) or (
+                    mod.weight.shape[1] if getattr(mod, "weight", None) is not None and mod.weight.dim() == 2 else None)
+                if not k:
+                    print("skipped", type(mod).__name__, flush=True)
+                    continue
+                for w in widths:
+                    fn(torch.zeros(w, k), mod.weight, getattr(mod, "bias", None))
+                    n += 1
+        print(f"prebuilt {n} (layer, width) pairs, {len(widths)} widths, in {time.perf_counter() - t:.2f} s", flush=True)
     pol, cm = d.policy, d.policy.cost
     orig = pol._optimum
     logged = [0]
