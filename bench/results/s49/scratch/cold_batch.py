@@ -8,7 +8,8 @@ t0, what the drafts add, the drafter call), the acceptance rates and the cost fi
 
 REPEATS=N passes (default 2); S49_NEAREST=1 tries a plain-step price at a batch bucket without plain
 steps from the nearest bucket's error (the line's own error there, CostModel._local);
-S49_PREBUILD=M builds every padded width up to M rows in every padded layer once, at load.
+S49_PREBUILD=M builds every padded width up to M rows in every padded layer once, at load;
+S49_RISE=1 brings a probe once the batch level is 2x above every level drafted at (AdaptivePolicy._level_moved).
 """
 import os
 import sys
@@ -68,6 +69,20 @@ def main():
                     n += 1
         print(f"prebuilt {n} (layer, width) pairs, {len(widths)} widths, in {time.perf_counter() - t:.2f} s", flush=True)
     pol, cm = d.policy, d.policy.cost
+    if os.environ.get("S49_RISE"):  # the next lever, tried: a probe once the level is 2x above any level drafted at
+        top = [None]
+        own_moved, own_choose = pol._level_moved, pol._choose
+
+        def level_moved(b):
+            return own_moved(b) or (top[0] is not None and b >= top[0] + 1)
+
+        def choose(dec_ids, num_reqs, num_decode=None):
+            k, q = own_choose(dec_ids, num_reqs, num_decode)
+            if q:
+                b = pol._level_bucket(num_reqs)
+                top[0] = b if top[0] is None else max(top[0], b)
+            return k, q
+        pol._level_moved, pol._choose = level_moved, choose
     orig = pol._optimum
     logged = [0]
 
