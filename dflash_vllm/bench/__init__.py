@@ -63,7 +63,7 @@ class BenchConfig:
     max_model_len: int = opt(1024, "vLLM max_model_len")
     kv_cache_mib: int = opt(512, "CPU: KV pool per engine")
     ballast_gib: float = opt(-1.0, "CPU: GiB of memory the bench holds, written, while its engines start and run "
-                                   "(-1: a third of the available memory, at most 8; 0: none): engines started "
+                                   "(-1: a third of the available memory, at most 8, within what the engines leave; 0: none): engines started "
                                    "first ran up to 13 percent slow without it (bench/README.md, session 49)")
     engine: str | None = opt(None, "JSON of extra vLLM engine arguments for every method")
     quick: bool = opt(False, "a few minutes: " + ", ".join(f"{k}={v}" for k, v in QUICK.items()))

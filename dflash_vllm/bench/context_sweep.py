@@ -84,7 +84,8 @@ class ContextSweep:
     k: int = opt(15, "drafts per step")
     work: str = opt("/tmp/dflash-context-sweep", "where the tiny pair is made (once)")
     ballast_gib: float = opt(-1.0, "GiB of memory held, written, while the engines start and run (-1: a third "
-                                   "of the available memory, at most 8; 0: none; see runner.hold_ballast)")
+                                   "of the available memory, at most 8, within what the engines leave; 0: none; "
+                                   "see runner.hold_ballast)")
     out: str | None = opt(None, "result JSON (default bench/results/context_sweep.json)")
 
 
@@ -114,7 +115,7 @@ def main(argv=None) -> int:
     log_dir = os.path.join(os.path.dirname(args.out), "context-sweep-logs")
     os.makedirs(log_dir, exist_ok=True)
     workers = {}
-    ballast = hold_ballast(args.ballast_gib)  # (the engine started first ran slow without it)
+    ballast = hold_ballast(args.ballast_gib, len(methods), kv_bytes)  # (the engine started first ran slow without it)
     ballast_bytes = len(ballast) if ballast is not None else 0
     try:
         for m in methods:

@@ -178,7 +178,27 @@ def provenance() -> dict:
     }
 
 
-def hold_ballast(gib: float) -> bytearray | None:
+ENGINE_OVERHEAD = 1 << 30  # an engine process of the demo pair on CPU, beside its KV pool: ~0.7-0.8 GiB RSS
+BALLAST_MAX = 8 << 30
+
+
+def auto_ballast_bytes(available: int, engines: int, kv_bytes: int) -> int:
+    """The default ballast: a third of the available memory, at most ``BALLAST_MAX``, and never
+    more than what the engines leave free (each its KV pool plus ``ENGINE_OVERHEAD``, and 2 GiB
+    to spare), so that the bench never trades the bias for running out of memory."""
+    room = available - engines * (kv_bytes + ENGINE_OVERHEAD) - (2 << 30)
+    return max(0, min(BALLAST_MAX, available // 3, room))
+
+
+def _available_bytes() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError):
+        return 0
+
+
+def hold_ballast(gib: float, engines: int = 1, kv_bytes: int = 0) -> bytearray | None:
     """Memory the bench process writes and holds before any engine starts (CPU), so that every
     engine's memory comes from what is left. Why: on the 2-core CPU VMs of sessions 48-49, engine
     processes of one configuration ran slower the earlier they started (four engines of no
@@ -188,16 +208,11 @@ def hold_ballast(gib: float) -> bytearray | None:
     throwaway engine started first took part of it (1.000, 1.030, 1.030, 1.054), 8 GiB written
     and held first took it all (1.000, 1.023, 1.002, 1.012). So it follows the physical memory an
     engine gets: the pages the kernel hands out first (those freed most recently) run slower on
-    these VMs, likely from how the host backs guest memory that was freed and reused. -1: a
-    third of the available memory, at most 8 GiB. None where there is nothing to hold."""
+    these VMs, likely from how the host backs guest memory that was freed and reused. -1: the
+    default size for ``engines`` engines with KV pools of ``kv_bytes`` (``auto_ballast_bytes``).
+    None where there is nothing to hold."""
     if gib < 0:
-        avail = 0
-        try:
-            with open("/proc/meminfo") as f:
-                avail = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
-        except (OSError, StopIteration):
-            pass
-        size = min(8 << 30, avail // 3)
+        size = auto_ballast_bytes(_available_bytes(), engines, kv_bytes)
     else:
         size = int(gib * 2**30)
     if size < 4096:
@@ -233,7 +248,8 @@ def run(args) -> dict:  # args: a BenchConfig
     print(f"bench: {len(methods)} methods x {len(cells)} cells ({', '.join(methods)}); logs in {args.log_dir}", flush=True)
     workers: dict[str, Worker] = {}
     info: dict[str, dict] = {}
-    ballast = hold_ballast(args.ballast_gib) if "kv_cache_memory_bytes" in kw else None  # CPU only
+    ballast = (hold_ballast(args.ballast_gib, len(methods), kw["kv_cache_memory_bytes"])
+               if "kv_cache_memory_bytes" in kw else None)  # CPU only
     ballast_bytes = len(ballast) if ballast is not None else 0
     try:
         for m, mc in methods.items():

@@ -120,3 +120,16 @@ def test_ballast_is_written_and_held_and_zero_means_none():
     b = hold_ballast(1 / 1024)  # 1 MiB
     assert len(b) == 2**20
     assert b.count(1) == 2**20 // 4096 and all(b[i] == 1 for i in range(0, 2**20, 4096))
+
+
+def test_default_ballast_is_a_third_of_the_memory_at_most_8_gib_and_leaves_the_engines_room():
+    from dflash_vllm.bench.runner import auto_ballast_bytes
+
+    gib = 1 << 30
+    assert auto_ballast_bytes(23 * gib, 8, gib // 2) == 23 * gib // 3  # the session-49 machine: ~7.7 GiB
+    assert auto_ballast_bytes(64 * gib, 2, gib // 2) == 8 * gib  # capped
+    # 14 GiB free and 8 engines of 1.5 GiB each: nothing to spare, so no ballast at all
+    assert auto_ballast_bytes(14 * gib, 8, gib // 2) == 0
+    # room left after the engines and 2 GiB, below a third
+    assert auto_ballast_bytes(12 * gib, 4, gib // 2) == 4 * gib
+    assert auto_ballast_bytes(0, 1, 0) == 0
